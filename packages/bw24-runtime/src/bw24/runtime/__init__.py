@@ -17,6 +17,7 @@ from .errors import (
 from .graph import CapturedGraph
 from .module import KernelModule, load_module
 from .stream import EventTimer, new_stream, pinned_empty
+from .tuning import Tuning, TuningTableError, device_key, load_tuning, read_table
 
 COMPILE_ONLY_ARCHS = ("90a", "120a")  # what CI compiles for without a GPU (Hopper, consumer Blackwell)
 
@@ -25,5 +26,5 @@ __all__ = [
     "EventTimer", "GraphError", "KernelCompileError", "KernelModule", "KernelSourceError", "NoGPUError",
     "RuntimeErrorBase", "arch_for_cc", "cache_key", "compile_cubin", "describe", "device_info", "has_gpu",
     "load_module", "new_stream", "no_gpu_reason", "nvrtc_version", "pinned_empty", "require_gpu",
-    "source_closure",
+    "source_closure", "Tuning", "TuningTableError", "device_key", "load_tuning", "read_table",
 ]

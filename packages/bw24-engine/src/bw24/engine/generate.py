@@ -1,0 +1,149 @@
+"""The generation loop: prefill, then one replayable decode step per token, streamed as events.
+
+The step (forward of the last token + sampling into the token buffer) touches only preallocated
+backend buffers, so ops.capture() may turn it into one CUDA graph; the host reads the 4-byte token
+(and the logits only when logprobs are asked for) after each step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import EmptyPromptError, InvalidSamplingParamsError, PromptTooLongError
+from .models.common import Transformer
+from .sampling import SamplingParams, log_softmax
+
+
+@dataclass(frozen=True)
+class GenerationEvent:
+    token_id: int
+    text: str  # UTF-8-safe delta: only complete characters, stop strings and what follows removed
+    logprob: float | None = None  # log p(token) under the raw model distribution (when asked for)
+    top_logprobs: tuple[tuple[int, float], ...] | None = None  # (token id, logprob), best first
+    finish_reason: str | None = None  # None while streaming; "stop" (EOS/EOT, stop string) or "length"
+
+
+@dataclass
+class GenerationStats:
+    n_prompt: int = 0
+    n_generated: int = 0
+    prefill_s: float = 0.0  # the prompt's forward passes
+    decode_s: float = 0.0  # from the end of the prefill to the last token: n_generated samples, n - 1 steps
+    finish_reason: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.n_prompt / self.prefill_s if self.prefill_s > 0 else float("nan")
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.n_generated / self.decode_s if self.decode_s > 0 else float("nan")
+
+
+class StopMatcher:
+    """Streams text, holding back any tail that could still become a stop string."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        """(text safe to emit, whether a stop string was completed: then emit nothing after it)."""
+        self.pending += text
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending = self.pending[: min(hits)], ""
+            return out, True
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), hold, -1):
+                if self.pending.endswith(s[:n]):
+                    hold = n
+                    break
+        cut = len(self.pending) - hold
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, False
+
+    def flush(self, text: str = "") -> str:
+        out, hit = self.push(text)
+        if not hit:
+            out, self.pending = out + self.pending, ""
+        return out
+
+
+def check_request(model: Transformer, prompt: Sequence[int], max_tokens: int) -> None:
+    if len(prompt) == 0:
+        raise EmptyPromptError("empty prompt: at least one token is needed")
+    if max_tokens <= 0:
+        raise InvalidSamplingParamsError(f"max_tokens={max_tokens} (must be > 0)")
+    if len(prompt) > model.kv.n_ctx:
+        raise PromptTooLongError(f"prompt of {len(prompt)} tokens is longer than the context (n_ctx={model.kv.n_ctx})")
+
+
+def generate(
+    model: Transformer, tokenizer, detokenizer, prompt: Sequence[int], params: SamplingParams, *,
+    max_tokens: int, stop: Sequence[str] = (), logprobs: bool = False, top_logprobs: int = 0,
+    stats: GenerationStats | None = None,
+) -> Iterator[GenerationEvent]:
+    """Generate from a fresh context. Stops on the tokenizer's EOS/EOT ids, on a stop string, after
+    max_tokens, or when the context is full (finish_reason "length")."""
+    check_request(model, prompt, max_tokens)
+    params = params.resolved()
+    ops, kv, buf = model.ops, model.kv, model.buf
+    st = stats if stats is not None else GenerationStats()
+    st.n_prompt, st.extra["seed"] = len(prompt), params.seed
+    end_ids = set(tokenizer.eot_ids) | ({tokenizer.eos_id} if tokenizer.eos_id is not None else set())
+    want_lp = logprobs or top_logprobs > 0
+
+    counts = None
+    if params.has_penalties:  # occurrences of each token in the context, updated by ops.sample
+        counts = ops.zeros((model.cfg.n_vocab,), np.int32)
+        ops.copy_from_host(counts, np.bincount(np.asarray(prompt), minlength=model.cfg.n_vocab).astype(np.int32))
+    token, row = buf.view(1).ids, buf.logits[0]
+
+    t0 = time.perf_counter()
+    kv.reset()
+    model.feed(prompt)  # logits of the last prompt token land in buf.logits[0]
+    t1 = time.perf_counter()
+    st.prefill_s = t1 - t0
+    ops.sample(row, params, kv.pos, out=token, counts=counts)
+
+    def step() -> None:
+        model.forward(1, last_only=True)
+        ops.sample(row, params, kv.pos, out=token, counts=counts)
+
+    decode = ops.capture(step)
+    matcher = StopMatcher(stop)
+    n = 0
+    while True:
+        lp = top = None
+        if want_lp:
+            lps = log_softmax(ops.to_host(row))
+        tok = int(ops.to_host(token)[0])
+        n += 1
+        if want_lp:
+            lp = float(lps[tok])
+            if top_logprobs > 0:
+                best = np.argsort(-lps, kind="stable")[:top_logprobs]
+                top = tuple((int(i), float(lps[i])) for i in best)
+        finish = None
+        if tok in end_ids:
+            finish, text = "stop", matcher.flush(detokenizer.flush())
+        else:
+            text, hit = matcher.push(detokenizer.add(tok))
+            if hit:
+                finish = "stop"
+            elif n >= max_tokens or kv.n_past >= kv.n_ctx:
+                finish, text = "length", text + matcher.flush(detokenizer.flush())
+        if finish:
+            st.n_generated, st.decode_s, st.finish_reason = n, time.perf_counter() - t1, finish
+        yield GenerationEvent(tok, text, lp, top, finish)
+        if finish:
+            return
+        kv.reserve(1)
+        decode()

@@ -1,0 +1,320 @@
+"""The kernel_check cases: each builds random inputs, runs the ref op and the cuda op on copies,
+and compares. Shapes are irregular on purpose (odd row counts, group counts that do not divide by
+32 lanes, positions that straddle attention splits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType as Q
+
+from .kernel_check import FakeTensor, Result, compare
+from .ops.cuda.kernels import ATTN_SHAPES
+from .ops.cuda.repack import SUPPORTED, random_raw
+from .sampling import SamplingParams
+
+Case = Callable[[str, object, object, np.random.Generator], Result]
+
+
+def _dev(cu, a):
+    return cu._put(np.ascontiguousarray(a))
+
+
+def _weight(qt, n, k, rng, name="w"):
+    return FakeTensor(name, random_raw(qt, n, k, rng), qt, (n, k))
+
+
+def _k_for(qt) -> int:
+    return 768 if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else 544  # 24 / 17 groups: lanes left idle
+
+
+def matmul_case(qt, T, bias: bool, residual: bool) -> Case:
+    def run(name, ref, cu, rng):
+        n, k = 333, _k_for(qt)
+        ti = _weight(qt, n, k, rng)
+        x = rng.standard_normal((T, k)).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32) if bias else None
+        r = rng.standard_normal((T, n)).astype(np.float32) if residual else None
+        want = np.empty((T, n), np.float32)
+        ref.matmul(ref.load_weight(ti), x, out=want, bias=b, residual=None if r is None else r.copy())
+        out = _dev(cu, r) if residual else cu.zeros((T, n))
+        cu.matmul(cu.load_weight(ti), _dev(cu, x), out=out, bias=None if b is None else _dev(cu, b),
+                  residual=out if residual else None)  # residual aliases out, as in the forwards
+        return compare(name, "matmul", cu.to_host(out), want)
+    return run
+
+
+def matmul_multi_case(qts, T, bias: bool) -> Case:
+    """Fused Q/K/V-style launch (qmv3): up to three weights, possibly of different quant types."""
+    def run(name, ref, cu, rng):
+        k = 768 if any(q in (Q.Q4_K, Q.Q5_K, Q.Q6_K) for q in qts) else 544
+        ns = (301, 77, 45)[: len(qts)]
+        tis = [_weight(q, n, k, rng, f"{name}.w{i}") for i, (q, n) in enumerate(zip(qts, ns, strict=True))]
+        x = rng.standard_normal((T, k)).astype(np.float32)
+        bs = [rng.standard_normal(n).astype(np.float32) if bias else None for n in ns]
+        want = [np.empty((T, n), np.float32) for n in ns]
+        ref.matmul_multi([ref.load_weight(t) for t in tis], x, outs=want, biases=bs)
+        outs = [cu.zeros((T, n)) for n in ns]
+        cu.matmul_multi([cu.load_weight(t) for t in tis], _dev(cu, x), outs=outs,
+                        biases=[None if b is None else _dev(cu, b) for b in bs])
+        return compare(name, "matmul", np.concatenate([cu.to_host(o).ravel() for o in outs]),
+                       np.concatenate([w.ravel() for w in want]))
+    return run
+
+
+def decode_verify_case(qt, cfg) -> Case:
+    """Speculative verify (T > 1) must give bit-identical rows to decode (T = 1) for one weight, with
+    K long enough that every thread walks several groups (ARCHITECTURE: summation order contract)."""
+    def run(name, ref, cu, rng):
+        n, k = 67, 4352  # 136 groups / 17 superblocks
+        w = cu.load_weight(_weight(qt, n, k, rng, name))  # unique name: weights are cached by name+address
+        cu.set_launch_config("qmatvec", qt.name, cfg)
+        try:
+            x = _dev(cu, rng.standard_normal((11, k)).astype(np.float32))
+            many = cu.zeros((11, n))
+            cu.matmul(w, x, out=many)
+            ones = [cu.zeros((1, n)) for _ in range(11)]
+            for t in range(11):
+                cu.matmul(w, x[t:t + 1], out=ones[t])
+            got = np.concatenate([cu.to_host(o) for o in ones])
+            return compare(name, "exact", got, cu.to_host(many))
+        finally:
+            cu.set_launch_config("qmatvec", qt.name, None)
+    return run
+
+
+def embed_case(qt) -> Case:
+    def run(name, ref, cu, rng):
+        v, k = 77, _k_for(qt)
+        ti = _weight(qt, v, k, rng, "emb")
+        ids = rng.integers(0, v, size=5).astype(np.int32)
+        want = np.empty((5, k), np.float32)
+        ref.embed(ids, ref.load_weight(ti), 1.7, out=want)
+        out = cu.zeros((5, k))
+        cu.embed(_dev(cu, ids), cu.load_weight(ti), 1.7, out=out)
+        return compare(name, "exact", cu.to_host(out), want)
+    return run
+
+
+def logits_case(softcap) -> Case:
+    def run(name, ref, cu, rng):
+        v, k = 1001, 576
+        ti = _weight(Q.Q8_0, v, k, rng, "out")
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        want = np.empty((1, v), np.float32)
+        ref.logits(x, ref.load_weight(ti), softcap, out=want)
+        out = cu.zeros((1, v))
+        cu.logits(_dev(cu, x), cu.load_weight(ti), softcap, out=out)
+        return compare(name, "matmul", cu.to_host(out), want)
+    return run
+
+
+def rmsnorm_case(shape, add: bool) -> Case:
+    def run(name, ref, cu, rng):
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        w = rng.standard_normal(shape[-1]).astype(np.float32)
+        a = rng.standard_normal(shape).astype(np.float32) if add else None
+        xr, want = x.copy(), np.empty(shape, np.float32)
+        ref.rmsnorm(xr, w, 1e-6, out=want, add=a)
+        xd, out = _dev(cu, x), cu.zeros(shape)
+        cu.rmsnorm(xd, _dev(cu, w), 1e-6, out=out, add=None if a is None else _dev(cu, a))
+        return compare(name, "elementw", np.concatenate([cu.to_host(out).ravel(), cu.to_host(xd).ravel()]),
+                       np.concatenate([want.ravel(), xr.ravel()]))
+    return run
+
+
+def rope_case(mode, T, H, Hkv, D, rope_dim, p0) -> Case:
+    def run(name, ref, cu, rng):
+        S = p0 + T + 3
+        q = rng.standard_normal((T, H, D)).astype(np.float32)
+        k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+        v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+        kc, vc = np.zeros((Hkv, S, D), np.float32), np.zeros((Hkv, S, D), np.float32)
+        qr = q.copy()
+        ref.rope_kv(qr, k, v, np.array([p0], np.int32), kc, vc, base=10000.0, freq_scale=1.0,
+                    rope_dim=rope_dim, mode=mode)
+        qd, kcd, vcd = _dev(cu, q), cu.zeros((Hkv, S, D)), cu.zeros((Hkv, S, D))
+        cu.rope_kv(qd, _dev(cu, k), _dev(cu, v), _dev(cu, np.array([p0], np.int32)), kcd, vcd, base=10000.0,
+                   freq_scale=1.0, rope_dim=rope_dim, mode=mode)
+        got = np.concatenate([cu.to_host(a).ravel() for a in (qd, kcd, vcd)])
+        return compare(name, "elementw", got, np.concatenate([qr.ravel(), kc.ravel(), vc.ravel()]))
+    return run
+
+
+def attention_case(D, G, T, p0, window, softcap) -> Case:
+    def run(name, ref, cu, rng):
+        Hkv = 2
+        H, S = Hkv * G, p0 + T + 7
+        q = rng.standard_normal((T, H, D)).astype(np.float32)
+        kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+        vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+        pos = np.array([p0], np.int32)
+        scale = D ** -0.5
+        want = np.empty((T, H, D), np.float32)
+        ref.attention(q, kc, vc, pos, scale=scale, softcap=softcap, window=window, out=want)
+        out = cu.zeros((T, H, D))
+        cu.attention(_dev(cu, q), _dev(cu, kc), _dev(cu, vc), _dev(cu, pos), scale=scale, softcap=softcap,
+                     window=window, out=out)
+        return compare(name, "attention", cu.to_host(out), want)
+    return run
+
+
+def glu_case(act) -> Case:
+    def run(name, ref, cu, rng):
+        g = (rng.standard_normal((3, 1000)) * 4).astype(np.float32)
+        u = rng.standard_normal((3, 1000)).astype(np.float32)
+        want = np.empty_like(g)
+        ref.glu(g, u, act, out=want)
+        gd = _dev(cu, g)
+        cu.glu(gd, _dev(cu, u), act, out=gd)  # out aliases gate, as in the forwards
+        return compare(name, "elementw", cu.to_host(gd), want)
+    return run
+
+
+def sample_case(penalties: bool) -> Case:
+    def run(name, ref, cu, rng):
+        V = 5003
+        lg = rng.standard_normal(V).astype(np.float32)
+        lg[rng.integers(0, V, 3)] = lg.max()  # ties: the lowest index must win
+        counts = rng.integers(0, 3, V).astype(np.int32)
+        p = SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1) if penalties \
+            else SamplingParams()
+        want, wc = np.zeros(1, np.int32), counts.copy()
+        ref.sample(lg, p, np.array([7], np.int32), out=want, counts=wc)
+        out, cd = cu.zeros((1,), np.int32), _dev(cu, counts)
+        cu.sample(_dev(cu, lg), p, _dev(cu, np.array([7], np.int32)), out=out, counts=cd)
+        got = np.concatenate([cu.to_host(out), cu.to_host(cd)])
+        return compare(name, "exact", got, np.concatenate([want, wc]))
+    return run
+
+
+def draw_case(V: int, params: SamplingParams, n_pos: int = 24, penalties: bool = False, scale: float = 3.0) -> Case:
+    """Seeded draws at n_pos consecutive positions: the token ids (and updated counts) must be equal."""
+    def run(name, ref, cu, rng):
+        lg = (rng.standard_normal(V) * scale).astype(np.float32)
+        lg[rng.integers(0, V, 4)] = lg.max()  # ties at the top: the lower index sorts first
+        lg[rng.integers(0, V, 50)] = np.float32(1.5)  # a run of equal logits in the body
+        counts = rng.integers(0, 3, V).astype(np.int32) if penalties else None
+        p0 = int(rng.integers(0, 100000))
+        want, got = [], []
+        wc = None if counts is None else counts.copy()
+        cd = None if counts is None else _dev(cu, counts)
+        lgd, out, pos = _dev(cu, lg), cu.zeros((1,), np.int32), cu.zeros((1,), np.int32)
+        for i in range(n_pos):
+            t = np.zeros(1, np.int32)
+            ref.sample(lg, params, np.array([p0 + i], np.int32), out=t, counts=wc)
+            want.append(int(t[0]))
+            cu.copy_from_host(pos, np.array([p0 + i], np.int32))
+            cu.sample(lgd, params, pos, out=out, counts=cd)
+            got.append(int(cu.to_host(out)[0]))
+        extra_w = [] if wc is None else list(wc)
+        extra_g = [] if cd is None else list(cu.to_host(cd))
+        return compare(name, "exact", np.array(got + extra_g), np.array(want + extra_w))
+    return run
+
+
+def rng_case() -> Case:
+    """The device Philox4x32-10 uniform equals sampling.uniform bit for bit (64-bit seed, 64 positions)."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda.sampling import uniforms
+        from .sampling import uniform
+
+        seed, p0 = int(rng.integers(0, 2**63)) * 2 + 1, int(rng.integers(0, 2**31 - 100))
+        got = cu.to_host(uniforms(cu, seed, _dev(cu, np.array([p0], np.int32)), 64))
+        return compare(name, "exact", got, np.array([uniform(seed, p0 + i) for i in range(64)]))
+    return run
+
+
+def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool) -> Case:
+    def run(name, ref, cu, rng):
+        E, F = (256, 96) if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else (160, 96)
+        if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+            F = 256  # K-quants need K % 256 == 0 for the down projection's input
+        tag = f"{name}:"  # the ops cache weights by (name, data address): addresses recur across cases
+        router = _weight(Q.F32, X, E, rng, tag + "router")
+        ge = FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E))
+        ue = FakeTensor(tag + "up_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E))
+        de = FakeTensor(tag + "down_exps", random_raw(qt, X * E, F, rng), qt, (X, E, F))
+        x = rng.standard_normal((T, E)).astype(np.float32)
+        r = rng.standard_normal((T, E)).astype(np.float32) if residual else None
+        want = np.empty((T, E), np.float32)
+        ref.moe(x, *(ref.load_weight(t) for t in (router, ge, ue, de)), n_used=k, norm_weights=norm, act="silu",
+                out=want, residual=None if r is None else r.copy())
+        out = _dev(cu, r) if residual else cu.zeros((T, E))
+        cu.moe(_dev(cu, x), *(cu.load_weight(t) for t in (router, ge, ue, de)), n_used=k, norm_weights=norm,
+               act="silu", out=out, residual=out if residual else None)  # residual aliases out, as in qwen3moe
+        return compare(name, "matmul", cu.to_host(out), want)
+    return run
+
+
+def advance_case() -> Case:
+    def run(name, ref, cu, rng):
+        p0 = int(rng.integers(0, 1000))
+        a, d = np.array([p0], np.int32), _dev(cu, np.array([p0], np.int32))
+        ref.advance(a, 3)
+        cu.advance(d, 3)
+        return compare(name, "exact", cu.to_host(d), a)
+    return run
+
+
+def cases() -> Iterator[tuple[str, Case]]:
+    for qt in SUPPORTED:
+        for T, bias, res in ((1, False, False), (1, True, True), (3, False, True), (9, True, False),
+                             (40, True, True)):
+            yield f"matmul {qt.name:<5} N=333 K={_k_for(qt)} T={T}{' +bias' if bias else ''}" \
+                  f"{' +res' if res else ''}", matmul_case(qt, T, bias, res)
+        yield f"embed {qt.name:<5} V=77 K={_k_for(qt)} T=5", embed_case(qt)
+    for qts, T, bias in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1, False), ((Q.Q8_0, Q.Q8_0, Q.Q8_0), 1, True),
+                         ((Q.Q4_K, Q.Q4_K), 1, False), ((Q.Q4_0, Q.Q4_0, Q.Q4_0), 5, True),
+                         ((Q.Q5_0, Q.Q5_0, Q.Q8_0), 1, True)):
+        yield f"matmul_multi {'+'.join(q.name for q in qts)} T={T}{' +bias' if bias else ''}", \
+            matmul_multi_case(qts, T, bias)
+    for qt, cfg in ((Q.Q4_K, {"warps": 1, "rows": 4}), (Q.Q6_K, {"warps": 2, "rows": 8}),
+                    (Q.Q8_0, {"warps": 4, "rows": 2}), (Q.Q5_K, {"warps": 1, "rows": 1}),
+                    (Q.Q4_1, {"warps": 8, "rows": 4})):
+        yield f"decode==verify bitwise {qt.name:<5} N=67 K=4352 W={cfg['warps']} R={cfg['rows']}", \
+            decode_verify_case(qt, cfg)
+    yield "logits Q8_0 V=1001 K=576", logits_case(None)
+    yield "logits Q8_0 V=1001 K=576 softcap=30", logits_case(30.0)
+    for shape, add in (((3, 576), False), ((2, 1000), True), ((5, 7, 64), False), ((1, 2048), True)):
+        yield f"rmsnorm {shape}{' +add' if add else ''}", rmsnorm_case(shape, add)
+    for mode, T, H, Hkv, D, rd, p0 in (("norm", 1, 9, 3, 64, 64, 517), ("neox", 4, 8, 2, 128, 128, 4093),
+                                       ("neox", 2, 4, 1, 256, 256, 0), ("norm", 3, 6, 2, 64, 32, 77)):
+        yield f"rope_kv {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}", rope_case(mode, T, H, Hkv, D, rd, p0)
+    for D, _, G in ATTN_SHAPES:
+        yield f"attention D={D} G={G} T=1 pos=300", attention_case(D, G, 1, 300, None, None)
+    yield "attention D=64 G=3 T=5 pos=1000 window=257", attention_case(64, 3, 5, 1000, 257, None)
+    yield "attention D=256 G=4 T=1 pos=129 softcap=50", attention_case(256, 4, 1, 129, None, 50.0)
+    yield "attention D=128 G=4 T=37 pos=0 (prefill)", attention_case(128, 4, 37, 0, None, None)
+    for act in ("silu", "gelu_tanh"):
+        yield f"glu {act} [3, 1000]", glu_case(act)
+    yield "sample greedy V=5003 (ties)", sample_case(False)
+    yield "sample greedy V=5003 +penalties", sample_case(True)
+    yield "rng philox4x32-10 uniform x64 (64-bit seed)", rng_case()
+    for V, sp, pen in ((5003, SamplingParams(temperature=0.8, seed=11), False),
+                       (5003, SamplingParams(temperature=1.3, top_k=40, seed=2**40 + 3), False),
+                       (32000, SamplingParams(temperature=0.7, top_p=0.9, seed=5), False),
+                       (32000, SamplingParams(temperature=1.0, min_p=0.05, seed=6), False),
+                       (151936, SamplingParams(temperature=0.9, top_k=50, top_p=0.95, min_p=0.02, seed=7), True),
+                       (5003, SamplingParams(temperature=0.6, top_k=7000, top_p=0.5, seed=8,
+                                             repetition_penalty=1.3, frequency_penalty=0.2,
+                                             presence_penalty=0.1), True)):
+        yield f"sample draw V={V} {_params_str(sp)} x24 positions", draw_case(V, sp, penalties=pen)
+    yield "sample draw V=4099 T=50 (flat: all tokens candidates) x24", \
+        draw_case(4099, SamplingParams(temperature=50.0, seed=9), scale=1.0)
+    for qt, T, X, k, norm, res in ((Q.Q4_K, 1, 16, 4, True, True), (Q.Q8_0, 1, 128, 8, True, True),
+                                   (Q.Q6_K, 3, 8, 2, False, False), (Q.Q4_0, 5, 60, 6, True, True),
+                                   (Q.F32, 20, 12, 3, True, False)):
+        yield f"moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
+            moe_case(qt, T, X, k, norm, res)
+    yield "advance pos += 3", advance_case()
+
+
+def _params_str(p: SamplingParams) -> str:
+    parts = [f"temp={p.temperature:g}"]
+    parts += [f"top_k={p.top_k}"] if p.top_k else []
+    parts += [f"top_p={p.top_p:g}"] if p.top_p < 1 else []
+    parts += [f"min_p={p.min_p:g}"] if p.min_p else []
+    parts += ["+penalties"] if p.has_penalties else []
+    return " ".join(parts)

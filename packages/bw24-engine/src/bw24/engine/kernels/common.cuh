@@ -1,0 +1,43 @@
+// common.cuh: types and warp helpers shared by every bw24 kernel family.
+// NVRTC ships no libc headers, so the fixed-width integer types are spelled out here.
+#pragma once
+#include <cuda_fp16.h>
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define WARP 32
+#define FULL_MASK 0xffffffffu
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float h2f(u16 h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
+
+// Block-wide sum for blockDim.x a multiple of 32 (<= 1024); `red` holds >= 32 floats of smem.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.f;
+    return warp_sum(v);
+}

@@ -1,0 +1,125 @@
+// qmatvec.cu: quantized matrix x few-vectors product for decode and speculative verify.
+//
+// Formula: out[t, n] = softcap?( sum_k W[n, k] * x[t, k] + bias[n] + residual[t, n] ),  t < T <= NT.
+// W is a repacked GGUF weight (planes described in quant.cuh); each 32-column group's dot product
+// is formed from exact integer weights and the group's scales (qdot.cuh), accumulated in fp32.
+//
+// Thread-to-data mapping: a block of W warps owns R consecutive rows; thread i of the block walks
+// groups g = i, i + 32W, ... and, for each group, first loads that group of all R rows (16-byte
+// streaming loads: R x 16..128 bytes in flight per thread), then reads its 32 activations per
+// token once (cached loads, shared by the R rows). Partial sums are reduced per (row, token) by a
+// warp shuffle tree, then across the W warps in shared memory in warp order. The summation order
+// depends on (W, K) only, never on R or T: decode (T = 1) and verify (T > 1) rows are bit-identical
+// when they use the same W (the dispatcher keys W on the weight, not on T).
+// qmv3 runs up to three weights of one input (Q/K/V, gate/up) in one launch: block b belongs to
+// the weight whose block range holds it, with the same per-row code as qmv.
+//
+// Bytes moved (HBM): the weight's repacked bytes once (e.g. Q4_K 4.625 bits/weight, Q8_0 8.5),
+// plus T*K*4 (x, from L1/L2) plus T*N*4 (out) [+ T*N*4 residual].
+#include "qdot.cuh"
+
+template <int FMT, int W, int R, int NT>
+__device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restrict__ x, int K, int N, int T,
+                                         const float* __restrict__ bias, const float* residual, float* out,
+                                         float softcap, int row0, float* red) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int G = K >> 5;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+#ifdef BW24_PLANTED_BUG
+    const int G_END = G - 1;  // kernel_check canary: an off-by-one that drops the last group
+#else
+    const int G_END = G;
+#endif
+#pragma unroll 2
+    for (int g = tid; g < G_END; g += 32 * W) {
+        GRaw<FMT> raw[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t < T) {
+                float xr[32];
+                const float4* s = reinterpret_cast<const float4*>(x + (i64)t * K + 32 * g);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float4 f = __ldg(s + i);
+                    xr[4 * i] = f.x; xr[4 * i + 1] = f.y; xr[4 * i + 2] = f.z; xr[4 * i + 3] = f.w;
+                }
+                const float sx = needs_sx<FMT>() ? sum32(xr) : 0.f;
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r][t] += group_dot<FMT>(raw[r], xr, sx);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0) red[warp * R * NT + r * NT + t] = v;
+        }
+    __syncthreads();
+    if (tid < R * NT) {
+        const int r = tid / NT, t = tid % NT, n = row0 + r;
+        float v = red[tid];
+#pragma unroll
+        for (int w = 1; w < W; ++w) v += red[w * R * NT + tid];
+        if (t < T && n < N) {
+            if (bias) v += bias[n];
+            if (residual) v += residual[(i64)t * N + n];
+            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+            out[(i64)t * N + n] = v;
+        }
+    }
+}
+
+template <int FMT, int W, int R, int NT>
+__global__ void __launch_bounds__(W * 32)
+qmv(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
+    const void* __restrict__ pd, const float* __restrict__ x, int K, int N, int T,
+    const float* __restrict__ bias, const float* residual, float* out, float softcap) {
+    __shared__ float red[W * R * NT];
+    qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
+}
+
+// Up to three weights [N0|N1|N2, K] of one input; nb0 / nb1 = blocks of the first two (N2 may be 0).
+template <int F0, int F1, int F2, int W, int R, int NT>
+__global__ void __launch_bounds__(W * 32)
+qmv3(const float* __restrict__ x, int K, int T, int nb0, int nb1,
+     const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
+     const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
+     const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2) {
+    __shared__ float red[W * R * NT];
+    const int b = blockIdx.x;
+    if (b < nb0)
+        qmv_rows<F0, W, R, NT>(Planes{a0, b0, c0, d0}, x, K, N0, T, bias0, nullptr, out0, 0.f, b * R, red);
+    else if (b < nb0 + nb1)
+        qmv_rows<F1, W, R, NT>(Planes{a1, b1, c1, d1}, x, K, N1, T, bias1, nullptr, out1, 0.f, (b - nb0) * R, red);
+    else
+        qmv_rows<F2, W, R, NT>(Planes{a2, b2, c2, d2}, x, K, N2, T, bias2, nullptr, out2, 0.f, (b - nb0 - nb1) * R, red);
+}
+
+// Dequantize rows [row0, row0 + rows) of a repacked weight to fp32 [rows, K] (prefill GEMM input
+// and embedding gather). One thread per 32-column group; 128 B written per thread.
+template <int FMT>
+__global__ void dequant_rows(const void* __restrict__ pa, const void* __restrict__ pb,
+                             const void* __restrict__ pc, const void* __restrict__ pd,
+                             const int* __restrict__ ids, int row0, int rows, int K, float scale,
+                             float* __restrict__ out) {
+    const Planes p{pa, pb, pc, pd};
+    const int G = K >> 5;
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)rows * G) return;
+    const int r = (int)(i / G), g = (int)(i % G);
+    const i64 src = ids ? (i64)ids[r] : (i64)(row0 + r);
+    float w[32];
+    decode_group<FMT>(p, src, g, K, w);
+    float4* o = reinterpret_cast<float4*>(out + (i64)r * K + 32 * g);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+        o[k] = make_float4(w[4 * k] * scale, w[4 * k + 1] * scale, w[4 * k + 2] * scale, w[4 * k + 3] * scale);
+}

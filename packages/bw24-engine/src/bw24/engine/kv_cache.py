@@ -1,0 +1,41 @@
+"""KV cache: one [Hkv, S, D] key and [Hkv, S, Dv] value plane per layer, plus the position array.
+
+`pos` (backend int32 [1]) is the number of tokens already cached; the forwards read it through ops
+and advance it on the backend. `n_past` is its host-side mirror, kept by the host code that queues
+steps (it never has to read the device to know it), and guards the context limit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ContextLimitError
+from .ops.base import Ops
+
+
+class KVCache:
+    def __init__(self, ops: Ops, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int):
+        self.ops, self.n_ctx = ops, n_ctx
+        self.k = [ops.zeros((n_head_kv, n_ctx, head_dim)) for _ in range(n_layer)]  # [Hkv, S, D]
+        self.v = [ops.zeros((n_head_kv, n_ctx, head_dim_v)) for _ in range(n_layer)]  # [Hkv, S, Dv]
+        self.pos = ops.zeros((1,), np.int32)
+        self.n_past = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in (*self.k, *self.v))
+
+    def reset(self, n_past: int = 0) -> None:
+        """Forget everything after the first n_past tokens (their keys stay valid)."""
+        if not 0 <= n_past <= self.n_past:
+            raise ValueError(f"reset to {n_past}: only {self.n_past} tokens are cached")
+        self.ops.copy_from_host(self.pos, np.array([n_past], np.int32))
+        self.n_past = n_past
+
+    def reserve(self, n: int) -> None:
+        """Check that n more tokens fit, and account for them (call before queuing the step)."""
+        if self.n_past + n > self.n_ctx:
+            raise ContextLimitError(
+                f"context limit exceeded: {self.n_past} cached + {n} new tokens > n_ctx={self.n_ctx}"
+            )
+        self.n_past += n

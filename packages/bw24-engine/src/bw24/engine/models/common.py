@@ -1,0 +1,211 @@
+"""Shared pieces of the forwards: weights by GGUF tensor name, step buffers, the blocks every
+architecture uses (attention, dense FFN, head), and the host side of a step (prefill chunks).
+
+Shape legend: T tokens in the step (<= max_batch), E n_embd, H / Hkv query / kv heads, D head_dim,
+Dv head_dim_v, F n_ff, V n_vocab, X experts, S n_ctx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import EmptyPromptError, TokenIdError, UnsupportedModelError
+from ..kv_cache import KVCache
+from ..ops.base import Ops
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    attn_norm: Any
+    wq: Any
+    wk: Any
+    wv: Any
+    wo: Any
+    ffn_norm: Any
+    bq: Any = None  # qwen2 QKV biases
+    bk: Any = None
+    bv: Any = None
+    q_norm: Any = None  # qwen3 / gemma3 per-head RMSNorm of q and k
+    k_norm: Any = None
+    post_attn_norm: Any = None  # gemma3
+    post_ffn_norm: Any = None
+    w_gate: Any = None  # dense FFN
+    w_up: Any = None
+    w_down: Any = None
+    router: Any = None  # MoE FFN
+    gate_exps: Any = None
+    up_exps: Any = None
+    down_exps: Any = None
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    tok_embd: Any
+    output_norm: Any
+    output: Any  # the embedding table itself when tied
+    layers: tuple[LayerWeights, ...]
+
+
+def load_weights(f: Any, cfg: Any, ops: Ops, progress: Callable[[int], None] | None = None) -> ModelWeights:
+    """Every tensor the forward reads, by llama.cpp's GGUF names, as backend weights."""
+    tick = progress or (lambda n: None)
+
+    def mat(name: str, required: bool = True) -> Any:
+        if not required and not f.has_tensor(name):
+            return None
+        w = ops.load_weight(f.tensor(name))
+        tick(1)
+        return w
+
+    def vec(name: str, required: bool = True) -> Any:
+        if not required and not f.has_tensor(name):
+            return None
+        w = ops.load_vector(f.tensor(name))
+        tick(1)
+        return w
+
+    layers = []
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        kw: dict[str, Any] = dict(
+            attn_norm=vec(p + "attn_norm.weight"), wq=mat(p + "attn_q.weight"), wk=mat(p + "attn_k.weight"),
+            wv=mat(p + "attn_v.weight"), wo=mat(p + "attn_output.weight"), ffn_norm=vec(p + "ffn_norm.weight"),
+        )
+        if cfg.qkv_bias:
+            kw |= dict(bq=vec(p + "attn_q.bias"), bk=vec(p + "attn_k.bias"), bv=vec(p + "attn_v.bias"))
+        if cfg.qk_norm:
+            kw |= dict(q_norm=vec(p + "attn_q_norm.weight"), k_norm=vec(p + "attn_k_norm.weight"))
+        if cfg.post_norms:
+            kw |= dict(post_attn_norm=vec(p + "post_attention_norm.weight"),
+                       post_ffn_norm=vec(p + "post_ffw_norm.weight"))
+        if cfg.is_moe:
+            kw |= dict(router=mat(p + "ffn_gate_inp.weight"), gate_exps=mat(p + "ffn_gate_exps.weight"),
+                       up_exps=mat(p + "ffn_up_exps.weight"), down_exps=mat(p + "ffn_down_exps.weight"))
+        else:
+            kw |= dict(w_gate=mat(p + "ffn_gate.weight"), w_up=mat(p + "ffn_up.weight"),
+                       w_down=mat(p + "ffn_down.weight"))
+        layers.append(LayerWeights(**kw))
+    tok_embd = mat("token_embd.weight")
+    output = tok_embd if cfg.tie_embeddings else mat("output.weight")
+    return ModelWeights(tok_embd, vec("output_norm.weight"), output, tuple(layers))
+
+
+def count_tensors(cfg: Any) -> int:
+    """How many tensors load_weights reads (for the progress bar)."""
+    per = 6 + 3 * cfg.qkv_bias + 2 * cfg.qk_norm + 2 * cfg.post_norms + (4 if cfg.is_moe else 3)
+    return cfg.n_layer * per + 2 + (not cfg.tie_embeddings)
+
+
+class Buffers:
+    """Activations for up to max_batch tokens, allocated once; view(T) gives [T, ...] slices (cached,
+    so a step at a given T always touches the same addresses, as a captured graph needs)."""
+
+    def __init__(self, ops: Ops, cfg: Any, max_batch: int):
+        c, m = cfg, max_batch
+        f = c.n_ff_expert if c.is_moe else c.n_ff
+        self.ops, self.cfg, self.max_batch = ops, cfg, max_batch
+        self.ids = ops.zeros((m,), np.int32)
+        self.h, self.x, self.t = (ops.zeros((m, c.n_embd)) for _ in range(3))
+        self.q, self.a = ops.zeros((m, c.n_head * c.head_dim)), ops.zeros((m, c.n_head * c.head_dim_v))
+        self.k, self.v = ops.zeros((m, c.n_head_kv * c.head_dim)), ops.zeros((m, c.n_head_kv * c.head_dim_v))
+        self.g, self.u = ops.zeros((m, max(f, 1))), ops.zeros((m, max(f, 1)))
+        self.logits = ops.zeros((m, c.n_vocab))
+        self._views: dict[int, SimpleNamespace] = {}
+
+    def view(self, T: int) -> SimpleNamespace:
+        if T not in self._views:
+            c = self.cfg
+            self._views[T] = SimpleNamespace(
+                ids=self.ids[:T], h=self.h[:T], x=self.x[:T], t=self.t[:T], g=self.g[:T], u=self.u[:T],
+                q=self.q[:T], k=self.k[:T], v=self.v[:T], a=self.a[:T], logits=self.logits[:T],
+                q3=self.q[:T].reshape(T, c.n_head, c.head_dim), k3=self.k[:T].reshape(T, c.n_head_kv, c.head_dim),
+                v3=self.v[:T].reshape(T, c.n_head_kv, c.head_dim_v),
+                a3=self.a[:T].reshape(T, c.n_head, c.head_dim_v),
+            )
+        return self._views[T]
+
+
+class Transformer:
+    """A decoder-only transformer over an op backend; subclasses write forward() top to bottom."""
+
+    arch: ClassVar[str]
+
+    def __init__(self, f: Any, cfg: Any, ops: Ops, *, n_ctx: int, max_batch: int = 128,
+                 progress: Callable[[int], None] | None = None):
+        if cfg.rope_freqs:
+            raise UnsupportedModelError(f"{f.path}: rope_freqs.weight (llama-3.1 rope factors) is not supported")
+        if cfg.rope_scaling not in ("none", "linear"):
+            raise UnsupportedModelError(f"{f.path}: rope scaling {cfg.rope_scaling!r} is not supported")
+        self.cfg, self.ops, self.max_batch = cfg, ops, max_batch
+        self.w = load_weights(f, cfg, ops, progress)
+        self.kv = KVCache(ops, cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v, n_ctx)
+        self.buf = Buffers(ops, cfg, max_batch)
+
+    def forward(self, T: int, last_only: bool = True) -> Any:
+        """Run the T tokens in buf.ids[:T] at positions kv.pos.. ; return logits [T or 1, V] (a view
+        of buf.logits) and advance kv.pos by T."""
+        raise NotImplementedError
+
+    # ---- blocks shared by the forwards --------------------------------------------------------
+    def attention(self, i: int, L: LayerWeights, b: SimpleNamespace) -> None:
+        """b.x (normed input, [T, E]) -> b.a (attention output before the output projection, [T, H*Dv])."""
+        o, c, kv = self.ops, self.cfg, self.kv
+        o.matmul_multi((L.wq, L.wk, L.wv), b.x, outs=(b.q, b.k, b.v),
+                       biases=(L.bq, L.bk, L.bv) if c.qkv_bias else None)  # [T, H*D], [T, Hkv*D], [T, Hkv*Dv]
+        if c.qk_norm:
+            o.rmsnorm(b.q3, L.q_norm, c.rms_eps, out=b.q3)  # per head over D
+            o.rmsnorm(b.k3, L.k_norm, c.rms_eps, out=b.k3)
+        swa = c.swa_layers[i]
+        o.rope_kv(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], mode=c.rope_type, rope_dim=c.rope_dim,
+                  base=c.rope_base_swa if swa else c.rope_base, freq_scale=1.0 if swa else c.rope_freq_scale)
+        o.attention(b.q3, kv.k[i], kv.v[i], kv.pos, scale=c.attn_scale, softcap=c.attn_softcap,
+                    window=c.sliding_window if swa else None, out=b.a3)  # [T, H, Dv]
+
+    def dense_ffn(self, L: LayerWeights, b: SimpleNamespace) -> None:
+        """b.x -> b.g = act(x Wg^T) * (x Wu^T), [T, F] (the down projection is the caller's)."""
+        o = self.ops
+        o.matmul_multi((L.w_gate, L.w_up), b.x, outs=(b.g, b.u))
+        o.glu(b.g, b.u, self.cfg.ffn_act, out=b.g)
+
+    def head(self, b: SimpleNamespace, T: int, last_only: bool) -> Any:
+        """Final norm and logits of the last row (or all rows)."""
+        o, c = self.ops, self.cfg
+        rows = slice(T - 1, T) if last_only else slice(0, T)
+        o.rmsnorm(b.h[rows], self.w.output_norm, c.rms_eps, out=b.x[rows])
+        out = b.logits[: T - rows.start]
+        o.logits(b.x[rows], self.w.output, c.final_softcap, out=out)  # [1 or T, V]
+        return out
+
+    # ---- host side of a step ------------------------------------------------------------------
+    def check_ids(self, ids: Sequence[int]) -> np.ndarray:
+        a = np.asarray(ids, dtype=np.int64).reshape(-1)
+        bad = a[(a < 0) | (a >= self.cfg.n_vocab)]
+        if bad.size:
+            raise TokenIdError(f"token id {int(bad[0])} outside the vocabulary [0, {self.cfg.n_vocab})")
+        return a.astype(np.int32)
+
+    def feed(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Append tokens to the context in chunks of max_batch; host logits of the last token
+        ([1, V]) or of every token ([len(ids), V])."""
+        a = self.check_ids(ids)
+        if a.size == 0:
+            raise EmptyPromptError("no tokens to feed")
+        if self.kv.n_past + a.size > self.kv.n_ctx:
+            self.kv.reserve(a.size)  # raises ContextLimitError before any chunk runs
+        rows = []
+        for s in range(0, a.size, self.max_batch):
+            chunk = a[s : s + self.max_batch]
+            T = chunk.size
+            self.kv.reserve(T)
+            b = self.buf.view(T)
+            self.ops.copy_from_host(b.ids, chunk)
+            last = s + T == a.size
+            out = self.forward(T, last_only=not all_logits)
+            if all_logits or last:
+                rows.append(self.ops.to_host(out))
+        return np.concatenate(rows, axis=0)

@@ -1,0 +1,30 @@
+"""general.architecture = "qwen3moe": qwen3's attention, and a mixture-of-experts FFN: softmax
+router over X experts, top n_expert_used, weights renormalized (expert_weights_norm), SwiGLU experts.
+
+Shape legend: T tokens in the step, E n_embd, H / Hkv query / kv heads, D head_dim,
+X experts, F n_ff_expert, V n_vocab.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import Transformer
+
+
+class Qwen3Moe(Transformer):
+    arch = "qwen3moe"
+
+    def forward(self, T: int, last_only: bool = True) -> Any:
+        o, c, b = self.ops, self.cfg, self.buf.view(T)
+        o.embed(b.ids, self.w.tok_embd, c.embed_scale, out=b.h)  # [T, E]
+        for i, L in enumerate(self.w.layers):
+            o.rmsnorm(b.h, L.attn_norm, c.rms_eps, out=b.x)
+            self.attention(i, L, b)  # as qwen3 -> b.a [T, H*D]
+            o.matmul(L.wo, b.a, out=b.h, residual=b.h)
+            o.rmsnorm(b.h, L.ffn_norm, c.rms_eps, out=b.x)
+            o.moe(b.x, L.router, L.gate_exps, L.up_exps, L.down_exps, n_used=c.n_expert_used,
+                  norm_weights=c.expert_weights_norm, act=c.ffn_act, out=b.h, residual=b.h)  # h += moe(x)
+        logits = self.head(b, T, last_only)  # [1 or T, V]
+        o.advance(self.kv.pos, T)
+        return logits

@@ -1,0 +1,166 @@
+"""The ops interface: what every op backend (ref = NumPy, cuda = CuPy kernels) implements.
+
+The model forwards (bw24.engine.models) call only these methods, so a backend plugs in unchanged.
+Conventions, binding for every backend:
+- Arrays are backend arrays (numpy.ndarray for ref, cupy.ndarray for cuda), C-contiguous float32
+  unless stated. `xp` is the array module, used by the forwards for views only (reshape, slicing).
+- Every op writes into a caller-preallocated `out=` buffer and returns nothing; `out` may alias an
+  input only where a docstring says so. Nothing is allocated by the forwards during a step.
+- `pos` is a backend int32 array of shape [1]: the absolute position of the first of the T tokens of
+  this step (= number of tokens already in the KV cache). Ops that need it read it on the device, so a
+  decode step does not depend on host values (one captured CUDA graph replays every token);
+  `advance(pos, T)` moves it on after a step.
+- T (tokens in the step) is the leading dimension of the activations; the same forward serves a
+  batched prefill (T > 1) and a decode step (T = 1).
+- Weights: `load_weight(TensorInfo)` returns a backend object (ref: DenseWeight with dequantized float32
+  data [N, K], or [E, N, K] for stacked experts); `load_vector(TensorInfo)` returns a float32 backend
+  array (norm weights, biases). Both are cached per tensor, so a tied head shares the embedding.
+
+Shape legend: T tokens, E n_embd, H / Hkv query / kv heads, D head dim (q, k), Dv head dim of v,
+N / K a matrix's output / input width, V vocab, X experts, S cache length (n_ctx).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+ACTIVATIONS = ("silu", "gelu_tanh")
+ROPE_MODES = ("norm", "neox")
+
+
+class Ops(ABC):
+    name: str = "?"
+    xp: Any = np  # array module for views
+    # Gate tolerance: largest |prefill - decode| logit difference run-gen accepts on this backend.
+    verify_tolerance: float = 1e-2
+
+    # ---- memory -------------------------------------------------------------------------------
+    @abstractmethod
+    def empty(self, shape: tuple[int, ...], dtype=np.float32) -> Any: ...
+
+    @abstractmethod
+    def zeros(self, shape: tuple[int, ...], dtype=np.float32) -> Any: ...
+
+    @abstractmethod
+    def to_host(self, a: Any) -> np.ndarray:
+        """A host (NumPy) copy of a backend array; synchronizes with pending work."""
+
+    @abstractmethod
+    def copy_from_host(self, dst: Any, src: np.ndarray) -> None:
+        """dst[...] = src (same shape and dtype)."""
+
+    def synchronize(self) -> None:
+        """Wait for queued work (no-op for synchronous backends)."""
+        return None
+
+    def capture(self, step: Callable[[], None]) -> Callable[[], None]:
+        """Turn a step that only calls ops on preallocated buffers into something replayable.
+
+        ref returns the step itself (eager); cuda may capture it as a CUDA graph on the first call
+        and replay it afterwards. The step must not read host values that change between calls.
+        """
+        return step
+
+    # ---- weights ------------------------------------------------------------------------------
+    @abstractmethod
+    def load_weight(self, ti: Any) -> Any:
+        """A matrix [N, K] or stacked experts [X, N, K] (gguf TensorInfo) as a backend weight."""
+
+    @abstractmethod
+    def load_vector(self, ti: Any) -> Any:
+        """A 1-D tensor (norm weight, bias) as a float32 backend array [K]."""
+
+    # ---- ops ----------------------------------------------------------------------------------
+    @abstractmethod
+    def embed(self, ids: Any, table: Any, scale: float, *, out: Any) -> None:
+        """out[t] = table[ids[t]] * scale.  ids int32 [T], table weight [V, E], out [T, E]."""
+
+    @abstractmethod
+    def rmsnorm(self, x: Any, w: Any, eps: float, *, out: Any, add: Any = None) -> None:
+        """Over the last axis: if add is given, first x += add (x is the residual stream, updated in
+        place); then out = x / sqrt(mean(x^2) + eps) * w.  x, add, out [..., K], w [K]; out may be x."""
+
+    @abstractmethod
+    def add(self, x: Any, y: Any, *, out: Any) -> None:
+        """out = x + y (same shapes); out may alias x or y."""
+
+    @abstractmethod
+    def matmul(self, w: Any, x: Any, *, out: Any, bias: Any = None, residual: Any = None) -> None:
+        """out = x @ W^T (+ bias) (+ residual).  W [N, K], x [T, K], bias [N], residual/out [T, N];
+        residual may alias out (the fused residual add of an output projection)."""
+
+    def matmul_multi(
+        self, ws: Sequence[Any], x: Any, *, outs: Sequence[Any], biases: Sequence[Any] | None = None
+    ) -> None:
+        """Several matmuls of the same input (Q/K/V, gate/up): a backend may fuse them."""
+        biases = biases if biases is not None else [None] * len(ws)
+        for w, o, b in zip(ws, outs, biases, strict=True):
+            self.matmul(w, x, out=o, bias=b)
+
+    @abstractmethod
+    def rope_kv(
+        self, q: Any, k: Any, v: Any, pos: Any, k_cache: Any, v_cache: Any, *,
+        base: float, freq_scale: float, rope_dim: int, mode: str,
+    ) -> None:
+        """RoPE on q (in place) and k, then append k, v to the cache at positions pos..pos+T-1.
+
+        q [T, H, D], k [T, Hkv, D], v [T, Hkv, Dv], k_cache [Hkv, S, D], v_cache [Hkv, S, Dv].
+        Token t has position p = pos[0] + t; pair i (i < rope_dim / 2) turns by
+        p * freq_scale * base^(-2i / rope_dim). mode "norm" pairs (2i, 2i+1), "neox" (i, i + rope_dim/2);
+        dims >= rope_dim pass unchanged. k is left unrotated in its buffer (only the cache gets it)."""
+
+    @abstractmethod
+    def attention(
+        self, q: Any, k_cache: Any, v_cache: Any, pos: Any, *, scale: float, softcap: float | None,
+        window: int | None, out: Any,
+    ) -> None:
+        """Causal GQA attention of T queries against the cache (which already holds them).
+
+        q [T, H, D], caches as in rope_kv, out [T, H, Dv]. Query t (position p = pos[0] + t) attends to
+        keys j <= p, and only p - j < window when window is set. Score = (q . k) * scale, then
+        softcap * tanh(score / softcap) when softcap is set; softmax over keys; weighted sum of v.
+        Query head h reads kv head h // (H / Hkv)."""
+
+    @abstractmethod
+    def glu(self, gate: Any, up: Any, act: str, *, out: Any) -> None:
+        """out = act(gate) * up; act "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation).
+        gate, up, out [T, F]; out may alias gate."""
+
+    def swiglu(self, gate: Any, up: Any, *, out: Any) -> None:
+        self.glu(gate, up, "silu", out=out)
+
+    def gelu_tanh_glu(self, gate: Any, up: Any, *, out: Any) -> None:
+        self.glu(gate, up, "gelu_tanh", out=out)
+
+    @abstractmethod
+    def moe(
+        self, x: Any, router: Any, gate_exps: Any, up_exps: Any, down_exps: Any, *, n_used: int,
+        norm_weights: bool, act: str, out: Any, residual: Any = None,
+    ) -> None:
+        """Mixture of experts (qwen3moe / llama.cpp build_moe_ffn with softmax gating).
+
+        x [T, E], router [X, E], gate_exps / up_exps [X, F, E], down_exps [X, E, F], out [T, E].
+        probs = softmax(x @ router^T); the n_used largest (ties: lower expert index) are kept, weights
+        renormalized to sum 1 if norm_weights; out = sum_e w_e * down_e(act(gate_e x) * up_e x)
+        (+ residual, which may alias out). Only the selected experts' weights are read."""
+
+    @abstractmethod
+    def logits(self, x: Any, w: Any, softcap: float | None, *, out: Any) -> None:
+        """out = x @ W^T, then softcap * tanh(out / softcap) when softcap is set.
+        x [T, E], W [V, E], out [T, V]."""
+
+    @abstractmethod
+    def advance(self, pos: Any, n: int) -> None:
+        """pos[0] += n (after a step has appended n tokens to the cache)."""
+
+    @abstractmethod
+    def sample(self, logits: Any, params: Any, pos: Any, *, out: Any, counts: Any = None) -> None:
+        """Draw the next token from logits [V] (bw24.engine.sampling semantics) into out (int32 [1]).
+
+        params: SamplingParams. The random draw is keyed by (params.seed, pos[0]) where pos[0] is the
+        position the new token will occupy; counts (int32 [V], occurrences of each token in the
+        context) feeds the penalties and gets counts[new token] += 1."""

@@ -1,0 +1,344 @@
+"""CudaOps: the ops interface (ops/base.py) on CuPy RawKernels from kernels/*.cu.
+
+Every op asserts shapes/dtypes and launches into the caller's buffers on one non-default stream;
+nothing here reads a device value on the host, so a decode step can be captured as one CUDA graph
+(capture()). Prefill matmuls (T > 16) dequantize the weight in bounded row chunks and use cuBLAS
+(cupy.matmul), outside any graph.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...errors import UnsupportedModelError
+from ..base import ACTIVATIONS, ROPE_MODES, Ops
+from .kernels import ATTN_SHAPES, QMV_NT, get_kernel
+from .launch import QMV_SPACE, QmvConfigs
+from .repack import UnsupportedWeightError
+from .weights import NULL, QWeight, upload_weight
+
+ATTN_CHUNK = 128  # keys per split of the decode attention
+PREFILL_SCRATCH = 64 << 20  # bytes of dequantized fp32 weight per prefill GEMM chunk
+
+
+def _i32(v) -> np.int32:
+    return np.int32(v)
+
+
+class CudaOps(Ops):
+    name = "cuda"
+    verify_tolerance = 1e-2
+
+    def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
+        import cupy as cp
+        from bw24.runtime import new_stream, require_gpu
+
+        require_gpu()
+        self.cp = cp
+        self.xp = cp
+        self.stream = new_stream()
+        self.variant = variant  # "" = production kernels; tests may select a planted-bug variant
+        self._cache: dict[tuple[str, int], Any] = {}
+        self._scratch: dict[str, Any] = {}
+        self.weight_bytes = 0
+        self.use_graphs = use_graphs
+        self._host_synced = False  # set by an op that had to read the device (not capturable)
+        self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
+
+    # ---- launching ------------------------------------------------------------------------------
+    def _k(self, file: str, name: str):
+        defines = (("BW24_PLANTED_BUG", 1),) if self.variant == "planted_bug" else ()
+        return get_kernel(file, name, defines)
+
+    def _launch(self, fn, grid, block, args) -> None:
+        with self.stream:
+            fn(tuple(int(g) for g in grid), (int(block),), args)
+
+    def _buf(self, key: str, n: int, dtype=np.float32):
+        """Scratch reused across calls (grown outside capture: the first eager step sizes it)."""
+        a = self._scratch.get(key)
+        if a is None or a.size < n:
+            with self.stream:
+                a = self._scratch[key] = self.cp.empty(max(n, 1), dtype=dtype)
+        return a[:n]
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def empty(self, shape, dtype=np.float32):
+        with self.stream:
+            return self.cp.empty(shape, dtype=dtype)
+
+    def zeros(self, shape, dtype=np.float32):
+        with self.stream:
+            return self.cp.zeros(shape, dtype=dtype)
+
+    def to_host(self, a):
+        out = a.get(stream=self.stream)
+        self.stream.synchronize()
+        return out
+
+    def copy_from_host(self, dst, src):
+        src = np.ascontiguousarray(src, dtype=dst.dtype)
+        if dst.shape != src.shape:
+            raise ValueError(f"copy_from_host: shape {src.shape} into {dst.shape}")
+        dst.set(src, stream=self.stream)
+
+    def copy_device(self, dst, src) -> None:
+        """dst[...] = src on the device (capturable; used to keep tokens of queued replays)."""
+        with self.stream:
+            dst[...] = src
+
+    def synchronize(self):
+        self.stream.synchronize()
+
+    def capture(self, step):
+        """First call runs eagerly (compiles kernels, sizes scratch); the second captures the step
+        as a CUDA graph and launches it; later calls replay it."""
+        from bw24.runtime import CapturedGraph
+
+        state = {"n": 0, "g": None, "eager": not self.use_graphs}
+
+        def run():
+            n = state["n"]
+            state["n"] += 1
+            if n == 0:
+                self._host_synced = False
+                step()
+                state["eager"] |= self._host_synced  # e.g. stochastic sampling on the host
+            elif state["eager"]:
+                step()
+            else:
+                if state["g"] is None:
+                    state["g"] = CapturedGraph(self.stream).capture(step)
+                state["g"].replay()
+
+        run.graph_state = state
+        return run
+
+    # ---- weights --------------------------------------------------------------------------------
+    def load_weight(self, ti):
+        key = (ti.name, ti.raw.ctypes.data)
+        if key not in self._cache:
+            if len(ti.shape) not in (2, 3):
+                raise UnsupportedModelError(f"{ti.name}: expected a 2-D or 3-D weight, got shape {ti.shape}")
+            try:
+                w = upload_weight(ti.name, ti.raw, ti.qtype, tuple(ti.shape), self._put)
+            except UnsupportedWeightError as e:
+                raise UnsupportedModelError(f"{ti.name}: {e}") from None
+            self.weight_bytes += w.nbytes
+            self._cache[key] = w
+        return self._cache[key]
+
+    def load_vector(self, ti):
+        key = (ti.name, ti.raw.ctypes.data)
+        if key not in self._cache:
+            if len(ti.shape) != 1:
+                raise UnsupportedModelError(f"{ti.name}: expected a 1-D tensor, got shape {ti.shape}")
+            self._cache[key] = self._put(np.ascontiguousarray(ti.dequantize(), np.float32))
+        return self._cache[key]
+
+    def _put(self, host: np.ndarray):
+        """Upload through the runtime arena's reusable pinned staging buffer (chunked, one read of the mmap)."""
+        host = np.ascontiguousarray(host)
+        with self.stream:
+            d = self.cp.empty(host.shape, host.dtype)
+        if getattr(self, "_arena", None) is None:
+            from bw24.runtime import DeviceArena
+
+            self._arena = DeviceArena(stream=self.stream)
+        self._arena.copy_in(d, host, getattr(self, "_upload_bar", None))
+        return d
+
+    def weight_from_raw(self, name: str, raw: np.ndarray, qtype, shape) -> QWeight:
+        """Upload a weight given as raw GGUF bytes (kernel_check and tests)."""
+        return upload_weight(name, raw, qtype, tuple(shape), self._put)
+
+    # ---- ops ------------------------------------------------------------------------------------
+    def embed(self, ids, table: QWeight, scale, *, out):
+        T = ids.shape[0]
+        assert out.shape == (T, table.k) and out.dtype == np.float32 and ids.dtype == np.int32
+        G = table.k // 32
+        fn = self._k("qmatvec.cu", f"dequant_rows<{table.fmt}>")
+        self._launch(fn, (math.ceil(T * G / 128),), 128,
+                     (*table.args(), ids, _i32(0), _i32(T), _i32(table.k), np.float32(scale), out))
+
+    def rmsnorm(self, x, w, eps, *, out, add=None):
+        K = x.shape[-1]
+        assert w.shape == (K,) and out.shape == x.shape and x.flags.c_contiguous and out.flags.c_contiguous
+        if add is not None:
+            assert add.shape == x.shape and add.flags.c_contiguous
+        rows = x.size // K
+        block = 256 if K >= 1024 else 128 if K >= 256 else 32
+        self._launch(self._k("norm.cu", "rmsnorm"), (rows,), block,
+                     (x, NULL if add is None else add, w, out, _i32(K), np.float32(eps)))
+
+    def add(self, x, y, *, out):
+        n = out.size
+        self._launch(self._k("elementwise.cu", "add"), (min(math.ceil(n / 256), 4096),), 256, (x, y, out, np.int64(n)))
+
+    def matmul(self, w: QWeight, x, *, out, bias=None, residual=None, softcap: float = 0.0):
+        T, K = x.shape
+        N = w.n
+        assert K == w.k and out.shape == (T, N), f"matmul: W {w.shape} x {x.shape} -> out {out.shape}"
+        assert x.flags.c_contiguous and out.flags.c_contiguous and x.dtype == np.float32
+        if residual is not None:
+            assert residual.shape == out.shape and residual.flags.c_contiguous
+        if T <= QMV_NT[-1]:
+            nt = next(n for n in QMV_NT if T <= n)
+            W, R = self.qmv_configs.get(w.qtype, N, K)
+            R = R if nt == 1 else 1
+            fn = self._k("qmatvec.cu", f"qmv<{w.fmt},{W},{R},{nt}>")
+            self._launch(fn, (math.ceil(N / R),), 32 * W,
+                         (*w.args(), x, _i32(K), _i32(N), _i32(T), NULL if bias is None else bias,
+                          NULL if residual is None else residual, out, np.float32(softcap or 0.0)))
+            return
+        self._gemm(w, x, out, bias, residual, softcap)
+
+    def matmul_multi(self, ws, x, *, outs, biases=None):
+        """Q/K/V or gate/up of one input in one launch (qmv3) when T <= 16 and K matches; the
+        config (W, R) is that of the first weight at the stacked shape, for every T (same W)."""
+        T, K = x.shape
+        biases = list(biases) if biases is not None else [None] * len(ws)
+        if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
+            return super().matmul_multi(ws, x, outs=outs, biases=biases)
+        assert x.flags.c_contiguous and x.dtype == np.float32
+        for w, o in zip(ws, outs, strict=True):
+            assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
+        nt = next(n for n in QMV_NT if T <= n)
+        W, R = self.qmv_configs.get(ws[0].qtype, sum(w.n for w in ws), K)
+        R = R if nt == 1 else 1
+        parts = list(zip(ws, outs, biases, strict=True))
+        if len(parts) == 2:
+            parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)
+        nb = [math.ceil(w.n / R) for w, _, _ in parts]
+        nb[2] = nb[2] if len(ws) == 3 else 0
+        fmts = ",".join(str(w.fmt) for w, _, _ in parts)
+        fn = self._k("qmatvec.cu", f"qmv3<{fmts},{W},{R},{nt}>")
+        args = [x, _i32(K), _i32(T), _i32(nb[0]), _i32(nb[1])]
+        for i, (w, o, b) in enumerate(parts):
+            args += [*w.args(), _i32(w.n if nb[i] else 0), NULL if b is None else b, o]
+        self._launch(fn, (sum(nb),), 32 * W, tuple(args))
+
+    # ---- launch-config hooks for the workbench sweeps (workbench/tune_qmatvec.py) ----------------
+    def tuning_space(self, section: str, kind: str) -> dict:
+        if section != "qmatvec":
+            raise ValueError(f"no tunable launch configs for section {section!r}")
+        return {k: list(v) for k, v in QMV_SPACE.items()}
+
+    def set_launch_config(self, section: str, kind: str, cfg: dict | None) -> None:
+        """Force a config for one quant type (None: back to the table/defaults)."""
+        if section != "qmatvec":
+            raise ValueError(f"no tunable launch configs for section {section!r}")
+        if cfg is None:
+            self.qmv_configs.overrides.pop(kind, None)
+        else:
+            from .launch import check_config
+
+            check_config(cfg)
+            self.qmv_configs.overrides[kind] = dict(cfg)
+
+    def _gemm(self, w: QWeight, x, out, bias, residual, softcap):
+        """Prefill: y = x @ W^T through cuBLAS over fp32 row chunks of W (bounded scratch)."""
+        cp, T, K, N = self.cp, x.shape[0], w.k, w.n
+        rows = max(1, min(N, PREFILL_SCRATCH // (4 * K)))
+        wbuf = self._buf("gemm_w", rows * K)
+        fn = self._k("qmatvec.cu", f"dequant_rows<{w.fmt}>")
+        with self.stream:
+            y = cp.empty((T, N), np.float32)
+            for r0 in range(0, N, rows):
+                r = min(rows, N - r0)
+                self._launch(fn, (math.ceil(r * (K // 32) / 128),), 128,
+                             (*w.args(), NULL, _i32(r0), _i32(r), _i32(K), np.float32(1.0), wbuf))
+                y[:, r0:r0 + r] = x @ wbuf[: r * K].reshape(r, K).T
+            if bias is not None:
+                y += bias
+            if residual is not None:
+                y += residual
+            if softcap:
+                y = softcap * cp.tanh(y / softcap)
+            out[...] = y
+
+    def rope_kv(self, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode):
+        if mode not in ROPE_MODES:
+            raise ValueError(f"rope mode {mode!r} not in {ROPE_MODES}")
+        T, H, D = q.shape
+        Hkv, S, Dv = v_cache.shape
+        assert k.shape == (T, Hkv, D) and v.shape == (T, Hkv, Dv) and k_cache.shape == (Hkv, S, D)
+        assert rope_dim % 2 == 0 and rope_dim <= D
+        block = min(128, max(32, 32 * math.ceil(max(rope_dim // 2, Dv) / 32)))
+        self._launch(self._k("rope.cu", "rope_kv"), (T, H + Hkv), block,
+                     (q, k, v, pos, k_cache, v_cache, _i32(H), _i32(Hkv), _i32(D), _i32(Dv), _i32(S),
+                      _i32(rope_dim), _i32(mode == "neox"), np.float64(base), np.float64(freq_scale)))
+
+    def attention(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out):
+        T, H, D = q.shape
+        Hkv, S, Dv = v_cache.shape
+        G = H // Hkv
+        assert H % Hkv == 0 and k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
+        if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
+            raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
+        ns = math.ceil(S / ATTN_CHUNK)
+        ml = self._buf("attn_ml", T * H * ns * 2)
+        acc = self._buf("attn_acc", T * H * ns * Dv)
+        w = int(window or 0)
+        self._launch(self._k("attention.cu", f"attn_split<{D},{Dv},{G}>"), (ns, Hkv, T), 128,
+                     (q, k_cache, v_cache, pos, _i32(H), _i32(Hkv), _i32(S), np.float32(scale),
+                      np.float32(softcap or 0.0), _i32(w), _i32(ATTN_CHUNK), _i32(ns), ml, acc))
+        self._launch(self._k("attention.cu", "attn_combine"), (H, T), min(256, Dv),
+                     (ml, acc, pos, _i32(H), _i32(Dv), _i32(ATTN_CHUNK), _i32(ns), _i32(w), out))
+
+    def glu(self, gate, up, act, *, out):
+        if act not in ACTIVATIONS:
+            raise ValueError(f"activation {act!r} not in {ACTIVATIONS}")
+        assert gate.shape == up.shape == out.shape
+        n = out.size
+        self._launch(self._k("elementwise.cu", "glu"), (min(math.ceil(n / 256), 4096),), 256,
+                     (gate, up, out, np.int64(n), _i32(ACTIVATIONS.index(act))))
+
+    def moe(self, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None):
+        from .moe import moe  # router top-k and selected-expert matvecs on the device (ops/cuda/moe.py)
+
+        moe(self, x, router, gate_exps, up_exps, down_exps, n_used=n_used, norm_weights=norm_weights, act=act,
+            out=out, residual=residual)
+
+    def logits(self, x, w, softcap, *, out):
+        self.matmul(w, x, out=out, softcap=float(softcap or 0.0))
+
+    def advance(self, pos, n):
+        self._launch(self._k("elementwise.cu", "advance"), (1,), 32, (pos, _i32(n)))
+
+    def sample(self, logits, params, pos, *, out, counts=None):
+        from .sampling import sample  # greedy and seeded draws on the device (ops/cuda/sampling.py)
+
+        sample(self, logits, params, pos, out=out, counts=counts)
+
+    # ---- memory planning and reporting (ops/cuda/memory.py) ---------------------------------------
+    def prepare_model(self, f, cfg, *, n_ctx: int, max_batch: int, progress: bool = False) -> None:
+        """Before any upload: check that the model fits in free VRAM (ModelDoesNotFitError if not) and
+        open a progress bar in bytes for the uploads through the pinned staging buffer."""
+        from . import memory
+
+        self._mem_baseline = memory.used_bytes()
+        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, PREFILL_SCRATCH, ATTN_CHUNK)
+        memory.check_fit(self._mem_plan, str(getattr(f, "path", "model")), memory.device_free()[0])
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._upload_bar = tqdm(total=self._mem_plan.weights, unit="B", unit_scale=True, desc="upload (pinned)",
+                                    leave=False, position=1)
+
+    def model_loaded(self, model=None) -> None:
+        bar = getattr(self, "_upload_bar", None)
+        if bar is not None:
+            bar.close()
+            self._upload_bar = None
+
+    def memory_report(self) -> str:
+        from . import memory
+
+        return memory.report(getattr(self, "_mem_plan", None), self.weight_bytes, getattr(self, "_mem_baseline", 0))
+
+
+__all__ = ["ATTN_SHAPES", "CudaOps"]

@@ -1,0 +1,16 @@
+"""Speculative decoding with the exactness contract (greedy output token-identical to plain decode;
+sampled output distribution-exact and seed-reproducible): drafters (separate draft model, n-gram
+lookup, MTP/NextN heads, FR-Spec trimmed heads), the verify step, rejection sampling and the loop."""
+
+from .base import Draft, DraftVocabMismatchError, FRSpecRanksError, NoMTPHeadError
+from .draft_model import DraftModelDrafter, check_same_vocab
+from .mtp import MTPDrafter
+from .ngram import NgramDrafter
+from .runner import SpecDecoder, SpecStats, plain_decode
+from .verify import VERIFY_MODES, AdaptiveK, Verifier
+
+__all__ = [
+    "VERIFY_MODES", "AdaptiveK", "Draft", "DraftModelDrafter", "DraftVocabMismatchError", "FRSpecRanksError",
+    "MTPDrafter", "NgramDrafter", "NoMTPHeadError", "SpecDecoder", "SpecStats", "Verifier", "check_same_vocab",
+    "plain_decode",
+]

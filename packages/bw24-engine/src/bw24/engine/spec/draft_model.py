@@ -1,0 +1,89 @@
+"""A separate, smaller model drafting for the target (same tokenizer). It keeps its own KV cache of
+the context and drafts greedily (or by sampling from its own distribution in sampled mode), one T = 1
+step per token; after a round its cache is cut back to the longest prefix still in the context.
+
+Catch-up tokens are fed one step at a time (never batched) so that a draft model identical to the
+target computes exactly the target's decode logits: draft = target must give acceptance 1.0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Draft, DraftVocabMismatchError, context_counts, pick
+from .frspec import TrimmedHeadOps, trimmed_rows
+
+
+def check_same_vocab(target_gguf, target_cfg, draft_gguf, draft_cfg) -> None:
+    """Refuse a draft whose token ids do not mean what the target's mean."""
+    if draft_cfg.n_vocab != target_cfg.n_vocab:
+        raise DraftVocabMismatchError(
+            f"draft model {draft_gguf.path.name} has n_vocab={draft_cfg.n_vocab}, the target "
+            f"{target_gguf.path.name} has {target_cfg.n_vocab}: they must share the tokenizer")
+    ta, tb = target_gguf.get("tokenizer.ggml.tokens") or [], draft_gguf.get("tokenizer.ggml.tokens") or []
+    if ta != tb:
+        i = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+        got = (repr(ta[i]) if i < len(ta) else "<none>", repr(tb[i]) if i < len(tb) else "<none>")
+        raise DraftVocabMismatchError(
+            f"draft model {draft_gguf.path.name} does not share the target's tokenizer: token {i} is "
+            f"{got[0]} in the target and {got[1]} in the draft ({len(ta)} vs {len(tb)} tokens)")
+
+
+class DraftModelDrafter:
+    name = "draft"
+    needs_hidden = False
+
+    def __init__(self, model, *, frspec_ids: np.ndarray | None = None, gguf=None):
+        self.model = model
+        self.cached: list[int] = []  # tokens in the draft's KV cache (a prefix of the context)
+        self.ids = None
+        if frspec_ids is not None:  # FR-Spec: the head reads only the kept rows
+            name = "token_embd.weight" if model.cfg.tie_embeddings else "output.weight"
+            head = model.ops.load_weight(trimmed_rows(gguf.tensor(name), frspec_ids))
+            self.ids = frspec_ids
+            model.ops = TrimmedHeadOps(model.ops, head, frspec_ids, model.max_batch)
+            self.name = f"draft+frspec{frspec_ids.size}"
+
+    def _row(self, out: np.ndarray) -> np.ndarray:
+        """Host logits [V] of the last fed token (trimmed heads: -inf outside the kept ids)."""
+        if self.ids is None:
+            return out[-1]
+        row = np.full(self.model.cfg.n_vocab, -np.inf, np.float32)
+        row[self.ids] = self.model.ops.to_host(self.model.ops.sub[-1])
+        return row
+
+    def begin(self, prompt, hidden=None) -> None:
+        self.model.kv.reset()
+        self.model.feed(list(prompt))  # same chunking as the target's prefill
+        self.cached = list(prompt)
+
+    def rollback(self, ctx, hidden=None) -> None:
+        n = 0
+        lim = min(len(self.cached), len(ctx) - 1)
+        while n < lim and self.cached[n] == ctx[n]:
+            n += 1
+        self.model.kv.reset(n)
+        self.cached = self.cached[:n]
+
+    def propose(self, ctx, k, params=None, hidden=None) -> Draft:
+        m = self.model
+        room = m.kv.n_ctx - len(ctx)  # the draft feeds ctx plus k - 1 drafts
+        k = min(k, room + 1)
+        if k <= 0:
+            return Draft([])
+        out = None
+        for t in ctx[len(self.cached):]:
+            out = m.feed([t])
+            self.cached.append(t)
+        counts = context_counts(ctx, m.cfg.n_vocab, params)
+        toks, qs = [], []
+        for i in range(k):
+            tok, q = pick(self._row(out), params, counts, len(ctx) + i)
+            toks.append(tok)
+            qs.append(q)
+            if counts is not None:
+                counts[tok] += 1
+            if i < k - 1:
+                out = m.feed([tok])
+                self.cached.append(tok)
+        return Draft(toks, None if qs[0] is None else qs)

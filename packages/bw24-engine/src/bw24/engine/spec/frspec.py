@@ -1,0 +1,60 @@
+"""FR-Spec (Zhao et al. 2025): draft over the most frequent tokens only. The drafter's output head is
+trimmed to the rows of the top-N token ids, so its head matmul reads N/V of the weight; the target's
+verify keeps the full vocabulary, so output stays exact (a token outside the set is simply never
+drafted: greedy verify replaces it, and sampled verify sees q = 0 there and corrects through the
+residual distribution).
+
+Ranks file (written by `bw24 frspec-ranks`): JSON {"model", "n_vocab", "source", "ids": [...]}, token
+ids most frequent first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .base import FRSpecRanksError
+
+
+def load_ranks(path: str | Path, n_vocab: int, n: int | None = None) -> np.ndarray:
+    """int64 ids (most frequent first, at most n) from a ranks file, checked against n_vocab."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        ids = np.asarray(doc["ids"], dtype=np.int64)
+        vocab = int(doc["n_vocab"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FRSpecRanksError(f"{path}: not a frspec ranks file ({e})") from None
+    if vocab != n_vocab:
+        raise FRSpecRanksError(f"{path}: ranks are for a vocabulary of {vocab} tokens, the drafter has {n_vocab}")
+    if ids.size == 0 or ids.min() < 0 or ids.max() >= n_vocab or np.unique(ids).size != ids.size:
+        raise FRSpecRanksError(f"{path}: ids must be distinct and in [0, {n_vocab})")
+    return ids[:n] if n else ids
+
+
+def trimmed_rows(ti, ids: np.ndarray):
+    """A TensorInfo holding only rows `ids` of the [V, E] head weight ti (raw bytes copied row by row,
+    so any quant type whose rows are whole blocks works on every backend)."""
+    n_rows = ti.shape[0]
+    raw = np.ascontiguousarray(np.asarray(ti.raw).reshape(n_rows, -1)[ids]).reshape(-1)
+    return replace(ti, name=f"{ti.name}[frspec:{ids.size}]", shape=(int(ids.size), *ti.shape[1:]), raw=raw,
+                   nbytes=int(raw.nbytes))
+
+
+class TrimmedHeadOps:
+    """Ops wrapper for a drafter model: logits() computes only the kept rows into `self.sub` [T, N]
+    (the full-width out buffer is left untouched); the drafter reads sub and maps back through ids."""
+
+    def __init__(self, base, head_weight, ids: np.ndarray, max_batch: int):
+        self.base, self.head, self.ids = base, head_weight, ids
+        self.sub_all = base.zeros((max_batch, int(ids.size)))
+        self.sub = self.sub_all[:1]
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def logits(self, x, w, softcap, *, out):
+        self.sub = self.sub_all[: x.shape[0]]
+        self.base.logits(x, self.head, softcap, out=self.sub)

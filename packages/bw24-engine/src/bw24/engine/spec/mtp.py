@@ -1,0 +1,134 @@
+"""MTP (NextN) drafting from the heads some GGUFs carry after the main layers (blk.{n_layer}.*), as
+DeepSeek-V3 / GLM-4.5 define them and llama.cpp / vLLM run them:
+
+    x_i  = eh_proj @ concat(enorm(Emb(t_{i+1})), hnorm(h_i))        [T, 2E] -> [T, E]
+    g_i  = Block(x_i)                     (a full decoder block of the arch, its own KV cache)
+    P(t_{i+2}) = softmax(head(shared_head_norm(g_i)))   (embedding and head shared with the target)
+
+h_i is the target's final hidden state at position i after its output norm (what llama.cpp's t_embd
+and vLLM's previous_hidden_states hold). Drafting K > 1 chains the one head: the next step feeds g_i
+(the block output before shared_head_norm) as h and the drafted token as t.
+
+The head's KV entry at position i is only kept when it came from the target's true h_i; chained
+entries are dropped at rollback and recomputed in one batch from the verify's hidden rows.
+Reusing the architecture's forward: a model object with one layer (the NextN block) whose ops wrapper
+turns the embedding step into the eh_proj combination above, and whose output norm is shared_head_norm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..kv_cache import KVCache
+from ..models.common import Buffers, ModelWeights, load_weights
+from .base import Draft, NoMTPHeadError, context_counts, pick
+
+
+class _NextNInputOps:
+    """ops wrapper: embed() writes eh_proj(concat(enorm(emb), hnorm(h))) for the rows in self.h."""
+
+    def __init__(self, base, cfg, enorm, hnorm, eh_proj, max_batch: int):
+        self.base, self.cfg = base, cfg
+        self.enorm, self.hnorm, self.eh_proj = enorm, hnorm, eh_proj
+        E = cfg.n_embd
+        self.h = base.zeros((max_batch, E))  # filled by the drafter before each forward
+        self.e = base.zeros((max_batch, E))
+        self.cat = base.zeros((max_batch, 2 * E))
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def embed(self, ids, table, scale, *, out):
+        o, T, E, eps = self.base, ids.shape[0], self.cfg.n_embd, self.cfg.rms_eps
+        e, h, cat = self.e[:T], self.h[:T], self.cat[:T]
+        o.embed(ids, table, scale, out=e)
+        o.rmsnorm(e, self.enorm, eps, out=e)  # kernels want contiguous rows: normalize, then concatenate
+        o.rmsnorm(h, self.hnorm, eps, out=h)
+        cat[:, :E] = e  # [T, 2E]: the order of DeepSeek-V3 / vLLM / llama.cpp checkpoints (emb first)
+        cat[:, E:] = h
+        o.matmul(self.eh_proj, cat, out=out)
+
+
+class MTPDrafter:
+    name = "mtp"
+    needs_hidden = True
+
+    def __init__(self, target, gguf, *, head_index: int = 0):
+        cfg, ops = target.cfg, target.ops
+        if cfg.n_nextn <= head_index:
+            raise NoMTPHeadError(f"{gguf.path.name}: no NextN/MTP head ({cfg.arch}.nextn_predict_layers="
+                                 f"{cfg.n_nextn}); write one with `bw24-gguf synth PRESET OUT --mtp`")
+        il = cfg.n_layer + head_index
+        # load_weights over n_layer + n_nextn blocks: the main layers come from the ops' weight cache
+        allw = load_weights(gguf, replace(cfg, n_layer=cfg.n_layer + cfg.n_nextn), ops)
+        p = f"blk.{il}.nextn."
+        vec = lambda n: ops.load_vector(gguf.tensor(p + n))  # noqa: E731
+        hcfg = replace(cfg, n_layer=1, swa_layers=(False,))
+        self.target, self.cfg, self.ops = target, hcfg, ops
+        self.out_norm = target.w.output_norm
+        mb = target.max_batch
+        m = type(target).__new__(type(target))  # the arch's forward over one block, no weight loading
+        m.cfg, m.max_batch = hcfg, mb
+        m.ops = _NextNInputOps(ops, cfg, vec("enorm.weight"), vec("hnorm.weight"),
+                               ops.load_weight(gguf.tensor(p + "eh_proj.weight")), mb)
+        m.w = ModelWeights(target.w.tok_embd, vec("shared_head_norm.weight"), target.w.output, (allw.layers[il],))
+        m.kv = KVCache(ops, 1, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v, target.kv.n_ctx)
+        m.buf = Buffers(ops, hcfg, mb)
+        self.head = m
+        self.pending: np.ndarray | None = None  # target hidden rows (pre-norm) not yet in the head's cache
+
+    def begin(self, prompt, hidden=None) -> None:
+        self.head.kv.reset()
+        self.pending = np.asarray(hidden, np.float32)
+
+    def rollback(self, ctx, hidden=None) -> None:
+        # hidden: the verify's rows of the kept positions; rows not consumed yet (a round without a
+        # proposal) stay pending before them.
+        self.pending = np.concatenate([self.pending, np.asarray(hidden, np.float32)], axis=0)
+        self.head.kv.reset(len(ctx) - 1 - self.pending.shape[0])  # keep entries built from true rows
+
+    def _run(self, ids, h_rows, normed: bool) -> np.ndarray:
+        """Feed T pairs (token, hidden) at the head's kv.pos; host logits of the last row."""
+        m, o = self.head, self.ops
+        T = len(ids)
+        m.kv.reserve(T)
+        b = m.buf.view(T)
+        o.copy_from_host(b.ids, np.asarray(ids, np.int32))
+        hbuf = m.ops.h[:T]
+        if isinstance(h_rows, np.ndarray):
+            o.copy_from_host(hbuf, h_rows)
+        else:
+            hbuf[...] = h_rows
+        if not normed:  # the target's rows: apply its output norm (h_i after the final norm)
+            o.rmsnorm(hbuf, self.out_norm, self.cfg.rms_eps, out=hbuf)
+        out = m.forward(T, last_only=True)
+        return o.to_host(out)[-1]
+
+    def propose(self, ctx, k, params=None, hidden=None) -> Draft:
+        m = self.head
+        P = self.pending.shape[0]
+        c = m.kv.n_past  # rows pair with tokens ctx[c + 1 .. c + P]
+        if c + P != len(ctx) - 1 or P == 0:
+            raise RuntimeError(f"MTP drafter out of step: {c} cached + {P} pending for a context of {len(ctx)}")
+        k = min(k, m.kv.n_ctx - len(ctx) + 1)
+        if k <= 0:
+            return Draft([])
+        for s in range(0, P, m.max_batch):
+            e = min(P, s + m.max_batch)
+            row = self._run(ctx[c + 1 + s : c + 1 + e], self.pending[s:e], normed=False)
+            last = e - s  # rows of the last forward
+        self.pending = self.pending[:0]
+        counts = context_counts(ctx, self.cfg.n_vocab, params)
+        toks, qs = [], []
+        for i in range(k):
+            tok, q = pick(row, params, counts, len(ctx) + i)
+            toks.append(tok)
+            qs.append(q)
+            if counts is not None:
+                counts[tok] += 1
+            if i < k - 1:  # chain: g (the block output before shared_head_norm) stands in for h
+                row = self._run([tok], m.buf.h[last - 1 : last], normed=True)
+                last = 1
+        return Draft(toks, None if qs[0] is None else qs)

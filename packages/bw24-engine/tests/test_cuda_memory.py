@@ -1,0 +1,40 @@
+"""CPU: the VRAM plan counts the repacked planes exactly, and a plan larger than free memory is a
+clear typed error (the GPU test proves it fires before any upload)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from bw24.engine.ops.cuda import memory
+from bw24.engine.ops.cuda.repack import SUPPORTED, random_raw, repack
+
+
+@pytest.mark.parametrize("qt", SUPPORTED, ids=lambda q: q.name)
+def test_plane_bits_match_the_repacked_bytes(qt):
+    n, k = 7, 512
+    p = repack(random_raw(qt, n, k, np.random.default_rng(0)), qt, (n, k))
+    assert p.nbytes == math.ceil(n * k * memory.PLANE_BITS[qt] / 8)
+
+
+@pytest.fixture(scope="module")
+def synth_path(tmp_path_factory):
+    from bw24.gguf.synth import synth
+
+    path = tmp_path_factory.mktemp("mem") / "qwen3moe-tiny.gguf"
+    synth("qwen3moe-tiny", path, mix="q4_k_m", seed=1)
+    return path
+
+
+def test_plan_and_fit(synth_path):
+    from bw24.gguf import GGUFFile, ModelConfig
+
+    f = GGUFFile(synth_path)
+    cfg = ModelConfig.from_gguf(f)
+    p = memory.plan(f, cfg, n_ctx=256, max_batch=16)
+    assert 0.9 * p.gguf_tensors < p.weights < 1.5 * p.gguf_tensors  # planes ~ GGUF bytes (+ f32 vectors)
+    assert p.kv == 4 * cfg.n_layer * 256 * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v)
+    memory.check_fit(p, "m", free=p.total)  # exactly enough: fine
+    with pytest.raises(memory.ModelDoesNotFitError, match=r"m does not fit in GPU memory: needs .* GiB"):
+        memory.check_fit(p, "m", free=p.total - 1)

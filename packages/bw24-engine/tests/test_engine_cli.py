@@ -1,0 +1,118 @@
+"""`bw24 run-gen`: gate line first, streamed text, speed line; MISMATCH canary; bad input -> exit 2."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from bw24.engine.cli import main
+from bw24.engine.ops.ref import RefOps
+
+GATE = re.compile(r"^verify-prefill argmax=(\d+)  decode argmax=(\d+)  logit maxdiff=(\S+)  (MATCH|MISMATCH)")
+SPEED = re.compile(r"^generated (\d+) tokens in [\d.]+ s = [\d.]+ tok/s \(prefill [\d.]+ tok/s\)$")
+Q = ["--chat", "--prompt", "What is the capital of France?", "--backend", "cpu", "--no-progress"]
+
+
+def test_run_gen_gate_text_speed(capsys):
+    rc = main(["run-gen", "smollm2-135m", *Q, "-n", "16"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0, out
+    m = GATE.match(out[0])
+    assert m and m.group(4) == "MATCH" and m.group(1) == m.group(2) and float(m.group(3)) < 1e-2
+    assert "Paris" in "\n".join(out[1:-1])
+    s = SPEED.match(out[-1])
+    assert s and 1 <= int(s.group(1)) <= 16
+
+
+def test_run_gen_canary_perturbed_decode_prints_mismatch(capsys, monkeypatch):
+    """A decode-only bug (attention scale 5% off when T == 1) must void the run. (A uniform rope
+    position shift would not do: RoPE scores depend only on position differences.)"""
+    orig = RefOps.attention
+
+    def skewed(self, q, *a, scale, **kw):
+        orig(self, q, *a, scale=scale * (1.05 if q.shape[0] == 1 else 1.0), **kw)
+
+    monkeypatch.setattr(RefOps, "attention", skewed)
+    rc = main(["run-gen", "smollm2-135m", *Q, "-n", "8"])
+    cap = capsys.readouterr()
+    out = cap.out.splitlines()
+    assert rc == 1
+    assert GATE.match(out[0]).group(4) == "MISMATCH"
+    assert not any(SPEED.match(line) for line in out) and "no text generated" in cap.err
+
+
+def _bad(capsys, argv, needle):
+    rc = main(["run-gen", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert needle in err, err
+    assert "Traceback" not in err
+
+
+def test_bad_input_exit_2(capsys, tmp_path):
+    _bad(capsys, ["no-such-model-xyz", "--prompt", "hi"], "no-such-model-xyz")
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"this is not a gguf file at all" * 10)
+    _bad(capsys, [str(corrupt), "--prompt", "hi"], "corrupt.gguf")
+    trunc = tmp_path / "trunc.gguf"
+    from bw24.gguf import resolve_model
+
+    trunc.write_bytes(open(resolve_model("smollm2-135m"), "rb").read(4096))
+    _bad(capsys, [str(trunc), "--prompt", "hi"], "truncated")
+    _bad(capsys, ["smollm2-135m", "--prompt", ""], "empty prompt")
+    _bad(capsys, ["smollm2-135m", "--prompt", "hi", "-n", "0"], "max-tokens")
+    _bad(capsys, ["smollm2-135m", "--prompt", "hi", "--temp", "-1"], "temperature")
+    _bad(capsys, ["smollm2-135m", "--prompt", "word " * 20, "--n-ctx", "8", "--backend", "cpu", "--no-progress"],
+         "longer than the context")
+
+
+def test_unsupported_arch_exit_2(capsys, tmp_path):
+    import gguf
+
+    p = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(p), "mamba")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    _bad(capsys, [str(p), "--prompt", "hi"], "mamba")
+
+
+def test_unsupported_quant_is_typed(tmp_path, helpers):
+    """A weight stored as Q8_K (an activation-only type: no reference dequantization)."""
+    import gguf
+    from bw24.gguf.errors import UnsupportedQuantTypeError
+
+    p = helpers.write_tiny_gguf(tmp_path / "q.gguf", "qwen3", E=256, H=4, Hkv=2, D=64, F=256)
+    r = gguf.GGUFReader(str(p))
+    w = gguf.GGUFWriter(str(tmp_path / "q8k.gguf"), "qwen3")
+    for f in r.fields.values():
+        if not f.name.startswith("GGUF.") and f.name != "general.architecture":
+            w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        a = np.asarray(t.data)
+        if t.name == "blk.0.attn_q.weight":  # 256 x 256 floats -> 256 rows of one 292-byte Q8_K block
+            w.add_tensor(t.name, np.zeros((256, 292), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_K)
+        else:
+            w.add_tensor(t.name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedQuantTypeError, match="Q8_K"):
+        helpers.build_model(tmp_path / "q8k.gguf")
+
+
+def test_module_entry_point_help():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-m", "bw24.engine.cli", "--help"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and "run-gen" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "bw24.engine.cli"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2

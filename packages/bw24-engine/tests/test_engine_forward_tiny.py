@@ -1,0 +1,70 @@
+"""Every architecture's forward on tiny float32 random models: batched prefill (in chunks) equals
+token-by-token decode; context and token-id limits raise typed errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bw24.engine.errors import ContextLimitError, EmptyPromptError, TokenIdError, UnsupportedModelError
+from bw24.engine.models import MODELS, model_class
+
+ARCHS = {
+    "llama": {},
+    "qwen2": {},
+    "qwen3": {},
+    "qwen3moe": dict(X=8, k=2, Fx=32),
+    "gemma3": dict(n_layer=6, swa=4),  # 5 sliding-window layers (window 4 < prompt), 1 global
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, helpers):
+    d = tmp_path_factory.mktemp("tiny")
+    return {a: helpers.write_tiny_gguf(d / f"{a}.gguf", a, **kw) for a, kw in ARCHS.items()}
+
+
+def test_every_supported_arch_has_a_forward():
+    from bw24.gguf import SUPPORTED_ARCHS
+
+    assert set(SUPPORTED_ARCHS) == set(MODELS)
+    with pytest.raises(UnsupportedModelError, match="mamba"):
+        model_class("mamba")
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_prefill_chunks_equal_decode(arch, tiny, helpers):
+    m = helpers.build_model(tiny[arch], n_ctx=64, max_batch=7)  # 20 tokens -> chunks of 7, 7, 6
+    ids = np.random.default_rng(1).integers(0, m.cfg.n_vocab, 20)
+    batched = m.feed(ids, all_logits=True)
+    assert batched.shape == (20, m.cfg.n_vocab) and m.kv.n_past == 20
+    m.kv.reset()
+    stepped = np.concatenate([m.feed([i]) for i in ids])
+    np.testing.assert_allclose(batched, stepped, rtol=0, atol=1e-4)
+    assert np.array_equal(batched.argmax(-1), stepped.argmax(-1))
+    assert np.abs(batched[0] - batched[-1]).max() > 1e-2  # the positions really differ
+
+
+def test_sliding_window_changes_gemma3_logits(tiny, helpers):
+    """Canary for the window plumbing: gemma3 with the window disabled must give other logits."""
+    ids = np.random.default_rng(2).integers(0, 300, 12)
+    a = helpers.build_model(tiny["gemma3"], n_ctx=32).feed(ids, all_logits=True)
+    b = helpers.build_model(tiny["gemma3"], n_ctx=32, sliding_window=None).feed(ids, all_logits=True)
+    np.testing.assert_allclose(a[:4], b[:4], atol=1e-5)  # within the window: identical
+    assert np.abs(a[-1] - b[-1]).max() > 1e-3
+
+
+def test_context_limit_and_bad_ids(tiny, helpers):
+    m = helpers.build_model(tiny["qwen3"], n_ctx=8)
+    with pytest.raises(ContextLimitError, match="n_ctx=8"):
+        m.feed(list(range(9)))
+    assert m.kv.n_past == 0  # nothing ran
+    m.feed(list(range(8)))
+    with pytest.raises(ContextLimitError):
+        m.feed([1])
+    m.kv.reset()
+    with pytest.raises(TokenIdError, match="300"):
+        m.feed([1, 300])
+    with pytest.raises(TokenIdError):
+        m.feed([-1])
+    with pytest.raises(EmptyPromptError):
+        m.feed([])

@@ -1,0 +1,187 @@
+"""Greedy speculative decoding is token-identical to plain decode for every K and every drafter
+(draft model, n-gram, MTP, FR-Spec-trimmed draft), on synthetic qwen3-tiny models (CPU)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from bw24.engine import Engine
+from bw24.engine.graph import greedy_decode
+from bw24.engine.spec import (
+    DraftModelDrafter,
+    DraftVocabMismatchError,
+    MTPDrafter,
+    NgramDrafter,
+    NoMTPHeadError,
+    SpecDecoder,
+    Verifier,
+    check_same_vocab,
+)
+from bw24.engine.spec.frspec import load_ranks
+from bw24.gguf.synth import synth
+
+N = 24
+PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return"
+# Most tests start from a one-token prompt: on this 2-core box a multi-threaded OpenBLAS sgemm with
+# T > 1 rows (the batched prefill) costs ~20 ms a call; a one-token prefill is an sgemv.
+FIRST = [300]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec_models")
+    synth("qwen3-tiny", d / "target.gguf", mix="q8_0", seed=1, mtp=1)
+    synth("qwen3-tiny", d / "draft.gguf", mix="q8_0", seed=2, n_layer=1)
+    synth("llama-tiny", d / "othervocab.gguf", mix="q8_0", seed=3)
+    load = lambda n: Engine.load(d / n, backend="cpu", n_ctx=256, progress=False)  # noqa: E731
+    tgt = load("target.gguf")
+    return dict(dir=d, target=tgt, draft=load("draft.gguf"), same=load("target.gguf"),
+                ids=FIRST, long_ids=tgt.tokenizer.encode(PROMPT, add_special=True))
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    return greedy_decode(models["target"].model, models["ids"], N)
+
+
+def _run(models, drafter, k, **kw):
+    dec = SpecDecoder(models["target"].model, drafter, k=k, **kw)
+    return list(dec.generate(models["ids"], N)), dec.stats
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_spec_greedy_identical_all_drafters(models, reference, k):
+    drafters = [NgramDrafter(), DraftModelDrafter(models["draft"].model),
+                MTPDrafter(models["target"].model, models["target"].gguf)]
+    for d in drafters:
+        out, st = _run(models, d, k)
+        assert out == reference, f"{d.name} K={k}: diverges at {next(i for i, (a, b) in enumerate(zip(out, reference, strict=False)) if a != b)}"
+        assert st.drafted > 0, f"{d.name} K={k} never drafted"
+
+
+def test_spec_ngram_accepts_on_repetitive_prompt(models):
+    """A batched (multi-token) prefill, then n-gram rounds on a prompt that repeats itself."""
+    m, ids = models["target"].model, models["long_ids"]
+    ref = greedy_decode(m, ids, N)
+    dec = SpecDecoder(m, NgramDrafter(), k=4)
+    assert list(dec.generate(ids, N)) == ref
+    assert dec.stats.accepted > 0
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_spec_draft_equal_target_accepts_everything(models, reference, k):
+    out, st = _run(models, DraftModelDrafter(models["same"].model), k)
+    assert out == reference
+    assert st.drafted > 0 and st.accepted == st.drafted, f"acceptance {st.accepted}/{st.drafted}"
+    assert st.rounds < N - 1  # several tokens per round
+
+
+def test_spec_adaptive_k_grows_at_full_acceptance(models, reference):
+    dec = SpecDecoder(models["target"].model, DraftModelDrafter(models["same"].model), k=1, adaptive=True)
+    assert list(dec.generate(models["ids"], N)) == reference
+    assert max(dec.stats.k_trace) > 1
+
+
+def test_spec_frspec_trimmed_draft_stays_exact(models, reference, tmp_path):
+    V = models["target"].config.n_vocab
+    full = tmp_path / "all.json"
+    full.write_text(json.dumps({"n_vocab": V, "ids": list(range(V))}))
+    ids = load_ranks(full, V)
+    out, st = _run(models, DraftModelDrafter(models["same"].model, frspec_ids=ids, gguf=models["same"].gguf), 4)
+    assert out == reference and st.accepted == st.drafted  # every row kept: the same drafts as untrimmed
+    # drop the tokens the target emits from the drafter's head: drafts go wrong, output must not
+    keep = np.setdiff1d(np.arange(V), reference)
+    out, st = _run(models, DraftModelDrafter(models["same"].model, frspec_ids=keep, gguf=models["same"].gguf), 4)
+    assert out == reference and st.accepted == 0
+
+
+def test_spec_rowwise_verify_rows_equal_decode_bitwise(models):
+    """The verify forward's rows are bit-identical to decode steps (not merely close)."""
+    eng = models["target"]
+    prefix, block = [300, 41, 7], [5, 77, 300, 12, 9]
+    dec = eng.decode_logits(prefix + block)[len(prefix) - 1:]  # token-by-token decode
+    m = eng.model
+    m.kv.reset()
+    for t in prefix[:-1]:
+        m.feed([t])
+    got = Verifier(m, "rowwise").forward(prefix[-1:] + block).logits  # one T = 6 forward
+    assert got.shape == dec.shape and np.array_equal(got, dec)
+
+
+def test_spec_vocab_mismatch_refused(models):
+    t, d = models["target"], models["draft"]
+    check_same_vocab(t.gguf, t.config, d.gguf, d.config)  # same tokenizer: accepted
+    toks = list(t.gguf.get("tokenizer.ggml.tokens"))
+    renamed = SimpleNamespace(path=d.gguf.path, get=lambda k, default=None: toks[:7] + ["<other>"] + toks[8:])
+    with pytest.raises(DraftVocabMismatchError, match="token 7 is"):
+        check_same_vocab(t.gguf, t.config, renamed, d.config)
+    with pytest.raises(DraftVocabMismatchError, match="n_vocab=600"):
+        check_same_vocab(t.gguf, t.config, d.gguf, replace(d.config, n_vocab=600))
+
+
+def test_spec_mtp_refused_without_head(models):
+    d = models["draft"]
+    with pytest.raises(NoMTPHeadError, match="nextn_predict_layers"):
+        MTPDrafter(d.model, d.gguf)
+
+
+def test_spec_mtp_rollback_state_equals_fresh_state(models, reference):
+    """Random MTP heads are rarely right, so drive the drafter through accepted prefixes of 0..3
+    tokens ourselves: after every rollback its proposal must equal a fresh drafter's on that context."""
+    from bw24.engine.spec.runner import prefill
+
+    t = models["target"]
+    full = FIRST + reference
+    t.model.kv.reset()
+    _, H = prefill(t.model, full, want_hidden=True)  # the target's hidden rows of the whole sequence
+    inc = MTPDrafter(t.model, t.gguf)
+    inc.begin(full[:1], H[:1])
+    L = 2
+    for j in [0, 3, 1, 2, 0, 3, 3, 1, 0]:
+        fresh = MTPDrafter(t.model, t.gguf)
+        fresh.begin(full[: L - 1], H[: L - 1])
+        assert inc.propose(full[:L], 3).tokens == fresh.propose(full[:L], 3).tokens, f"context {L}"
+        inc.rollback(full[: L + j + 1], H[L - 1 : L + j])  # the verify's rows of the kept positions
+        L += j + 1
+        assert inc.head.kv.n_past + inc.pending.shape[0] == L - 1
+
+
+def test_spec_mtp_input_and_head_follow_nextn_definition(models):
+    """The NextN pieces against NumPy written from the definition (dequantized GGUF tensors):
+    x = eh_proj @ [enorm * rms(emb(t)); hnorm * rms(output_norm * rms(h))], and the draft logits are
+    output @ (shared_head_norm * rms(g)) for the block output g."""
+    t = models["target"]
+    f, cfg = t.gguf, t.config
+    d = MTPDrafter(t.model, f)
+    il = cfg.n_layer
+    W = lambda n: f.tensor(n).dequantize().astype(np.float64)  # noqa: E731
+    rms = lambda v, w: v / np.sqrt(np.mean(v * v) + cfg.rms_eps) * w  # noqa: E731
+    h = np.random.default_rng(0).standard_normal(cfg.n_embd).astype(np.float32)
+    tok = 123
+    logits = d._run([tok], h[None, :], normed=False)  # one pair at head position 0
+    x_ref = W(f"blk.{il}.nextn.eh_proj.weight") @ np.concatenate([
+        rms(W("token_embd.weight")[tok], W(f"blk.{il}.nextn.enorm.weight")),
+        rms(rms(h.astype(np.float64), W("output_norm.weight")), W(f"blk.{il}.nextn.hnorm.weight"))])
+    x_got = d.head.ops.cat[:1].astype(np.float64) @ W(f"blk.{il}.nextn.eh_proj.weight").T
+    np.testing.assert_allclose(x_got[0], x_ref, rtol=2e-4, atol=2e-4)
+    g = d.head.buf.h[0].astype(np.float64)  # block output before shared_head_norm
+    head = W("output.weight") if not cfg.tie_embeddings else W("token_embd.weight")
+    ref = head @ rms(g, W(f"blk.{il}.nextn.shared_head_norm.weight"))
+    np.testing.assert_allclose(logits, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_spec_greedy_with_penalties_matches_plain(models):
+    """Penalties count the row's own context (accepted drafts included), as plain decode's counts do."""
+    from bw24.engine import SamplingParams
+    from bw24.engine.spec import plain_decode
+
+    m = models["target"].model
+    p = SamplingParams(repetition_penalty=1.5, frequency_penalty=0.3)
+    ref, _ = plain_decode(m, [300, 41, 300], N, p)
+    assert ref != greedy_decode(m, [300, 41, 300], N)  # the penalties change the output here
+    for d in (NgramDrafter(), DraftModelDrafter(models["same"].model)):
+        assert list(SpecDecoder(m, d, k=3).generate([300, 41, 300], N, p)) == ref, d.name

@@ -146,3 +146,20 @@ def test_auto_backend_without_gpu_is_cpu():
         assert isinstance(ops, RefOps)
         with pytest.raises(BackendUnavailableError, match="cuda"):
             get_ops("cuda")
+
+
+def test_chat_fallback_template_for_gemma3():
+    """gemma-3-270m's GGUF has no chat template: the engine uses Gemma's turn format."""
+    from bw24.engine.chat_fallback import fallback_template
+    from bw24.gguf import GGUFFile, resolve_model
+    from bw24.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_gguf(GGUFFile(resolve_model("gemma3-270m")))
+    assert not tok.chat_template
+    text = fallback_template("gemma3", tok).render(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi "},
+         {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}])
+    assert text == ("<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+                    "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")
+    ids = tok.encode(text, add_special=False, parse_special=True)
+    assert ids[0] == tok.bos_id and 106 in tok.eot_ids and ids.count(106) == 3  # <end_of_turn> ends a turn

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .chat_fallback import fallback_template
 from .errors import BadInputError, EmptyPromptError, PromptTooLongError
 from .generate import GenerationEvent, GenerationStats, check_request, generate
 from .models import model_class
@@ -144,7 +145,11 @@ class Engine:
 
     def chat_ids(self, messages: Sequence[dict], tools: Any = None) -> list[int]:
         """Token ids of a chat prompt (template with the generation prompt, special tokens parsed)."""
-        text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tools=tools)
+        if self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tools=tools)
+        else:  # no template in the GGUF: the architecture's own turn format (chat_fallback.py)
+            tmpl = fallback_template(self.config.arch, self.tokenizer)
+            text = tmpl.render(list(messages), add_generation_prompt=True, tools=tools)
         ids = self.tokenizer.encode(text, add_special=True, parse_special=True)
         bos = self.tokenizer.bos_id
         if len(ids) >= 2 and bos is not None and ids[0] == bos and ids[1] == bos:

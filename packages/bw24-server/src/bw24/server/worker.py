@@ -1,0 +1,210 @@
+"""The one thread that owns the engine (and the GPU).
+
+HTTP handlers never touch the engine: they submit a Job and read its events from an asyncio
+queue. Jobs run one at a time in arrival order (a FIFO queue is the fair order for a single
+sequence engine). A cancelled job (client gone) is dropped between two tokens, which frees the
+engine for the next job at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import APIError, not_ready
+from .metrics import Metrics
+from .prompt_cache import PromptCache
+
+log = logging.getLogger("bw24.server")
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """One generation request, validated and tokenized by the HTTP side."""
+
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+# ---- events a job delivers to the HTTP side ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Started:
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str            # UTF-8-safe delta; the engine holds back text that may start a stop string
+    token_id: int
+    logprob: float | None
+    top_logprobs: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str   # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: APIError
+
+
+@dataclass
+class Job:
+    params: GenParams
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.perf_counter)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def _put(self, item: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            self.cancelled.set()
+
+
+_STOP = object()
+
+
+class Worker:
+    def __init__(self, loader: Callable[[], Any], metrics: Metrics,
+                 on_load_error: Callable[[str], None] | None = None):
+        self._loader, self._on_load_error = loader, on_load_error
+        self.metrics = metrics
+        self.engine: Any = None
+        self.cache: PromptCache | None = None
+        self.load_error: str | None = None
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="bw24-engine", daemon=True)
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._jobs.put(_STOP)
+        self._thread.join(timeout)
+
+    def queue_depth(self) -> int:
+        return self._jobs.qsize()
+
+    def submit(self, params: GenParams) -> Job:
+        if not self.ready:
+            raise not_ready()
+        job = Job(params, asyncio.get_running_loop())
+        self._jobs.put(job)
+        self.metrics.queue_depth.set(self._jobs.qsize())
+        return job
+
+    # ---- worker thread ----
+
+    def _run(self) -> None:
+        try:
+            engine = self._loader()
+        except Exception as e:  # reported by /health; the process keeps serving errors
+            log.exception("model load failed")
+            self.load_error = f"{type(e).__name__}: {e}"
+            if self._on_load_error is not None:
+                self._on_load_error(self.load_error)
+            return
+        self.cache = PromptCache(engine)
+        self.engine = engine
+        log.info("model ready")
+        while True:
+            job = self._jobs.get()
+            self.metrics.queue_depth.set(self._jobs.qsize())
+            if job is _STOP:
+                return
+            if job.cancelled.is_set():
+                self.metrics.cancelled.inc()
+                continue
+            try:
+                self._generate(job)
+            except APIError as e:
+                job._put(Failed(e))
+            except ValueError as e:  # the engine's BadInputError family: the request, not the server
+                job._put(Failed(APIError(400, str(e), code="invalid_request")))
+            except Exception as e:
+                log.exception("generation failed")
+                job._put(Failed(APIError(500, f"Generation failed: {type(e).__name__}: {e}",
+                                         type="server_error", code="generation_failed")))
+
+    def _generate(self, job: Job) -> None:
+        p, m = job.params, self.metrics
+        cached, events = self.cache.generate(list(p.prompt_ids), engine_kwargs(p))
+        job._put(Started(cached))
+        n_gen, finish, t_prev, t_first = 0, "length", None, None
+        try:
+            for ev in events:
+                if job.cancelled.is_set():
+                    m.cancelled.inc()
+                    return
+                now = time.perf_counter()
+                if ev.token_id is not None and ev.token_id >= 0:
+                    n_gen += 1
+                    if t_prev is None:
+                        t_first = now
+                        m.ttft.observe(now - job.submitted)
+                    else:
+                        m.token_latency.observe(now - t_prev)
+                    t_prev = now
+                    job._put(Token(ev.text or "", ev.token_id, ev.logprob, _pairs(ev.top_logprobs)))
+                if ev.finish_reason:
+                    finish = "stop" if ev.finish_reason == "stop" else "length"
+                    break
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # the engine's generator cleans up before the next job starts
+            m.prompt_tokens.inc(len(p.prompt_ids))
+            m.cached_tokens.inc(cached)
+            m.generated_tokens.inc(n_gen)
+            if t_first is not None and t_prev is not None and n_gen > 1:
+                m.tokens_per_second.set((n_gen - 1) / max(t_prev - t_first, 1e-9))
+        job._put(Finished(finish, len(p.prompt_ids), n_gen, cached))
+
+
+def _pairs(top: Any) -> tuple[tuple[int, float], ...]:
+    """The engine's top_logprobs (None, dict id->lp, or sequence of (id, lp)) as pairs, best first."""
+    if not top:
+        return ()
+    items = top.items() if isinstance(top, dict) else top
+    return tuple(sorted(((int(i), float(lp)) for i, lp in items), key=lambda t: -t[1]))
+
+
+def engine_kwargs(p: GenParams) -> dict[str, Any]:
+    """GenParams -> Engine.generate keyword arguments."""
+    return dict(
+        max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+        min_p=p.min_p, seed=p.seed, presence_penalty=p.presence_penalty,
+        frequency_penalty=p.frequency_penalty, stop=list(p.stop), logprobs=p.logprobs,
+        top_logprobs=p.top_logprobs,
+    )

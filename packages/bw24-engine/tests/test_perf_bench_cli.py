@@ -1,0 +1,77 @@
+"""`bw24 bench --backend cpu` end to end on tiny synthetic cells, and bytes/token from preset shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bw24.engine.cli import main
+from bw24.engine.perf.jsonl import device_name, read_rows
+
+CELLS = "".join(f'[[cell]]\nmodel = "qwen3-tiny"\nquant = "q8_0"\nmode = "{m}"\ndepth = {d}\ntokens = {n}\n'
+                for m, d, n in (("decode", 8, 4), ("prefill", 0, 16)))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench-cache")
+
+
+def bench(tmp_path, cache, *extra):
+    (tmp_path / "cells.toml").write_text(CELLS)
+    return main(["bench", "--backend", "cpu", "--cells-file", str(tmp_path / "cells.toml"), "--cache-dir",
+                 str(cache), "--perf-file", str(tmp_path / "perf.jsonl"), *extra])
+
+
+def test_cpu_run_appends_rows_and_table(tmp_path, cache, capsys):
+    assert bench(tmp_path, cache) == 0
+    rows = read_rows(tmp_path / "perf.jsonl")
+    assert [r["cell"] for r in rows] == ["qwen3-tiny-q8_0-tg4@d8", "qwen3-tiny-q8_0-pp16@d0"]
+    dec, pre = rows
+    assert dec["decode_tok_s"] > 0 and dec["prefill_tok_s"] is None and len(dec["samples"]) == 5
+    assert pre["prefill_tok_s"] > 0 and pre["decode_tok_s"] is None
+    assert dec["roofline_pct"] is None and "no ceiling for this device" in dec["roofline_note"]
+    assert dec["kernels_per_token"] is None and dec["vram_peak_bytes"] is None  # not countable on the CPU
+    assert dec["device"] == device_name("cpu") and dec["git"] and "time" in dec
+    assert "perf-ci: NEW" in capsys.readouterr().out
+    assert main(["bench", "--table", "--perf-file", str(tmp_path / "perf.jsonl")]) == 0
+    assert "| qwen3-tiny-q8_0-tg4@d8 |" in capsys.readouterr().out
+
+
+def test_cpu_run_against_a_faster_baseline_fails(tmp_path, cache, capsys):
+    seeded = [{"device": device_name("cpu"), "cell": "qwen3-tiny-q8_0-tg4@d8", "mode": "decode",
+               "decode_tok_s": 1e9}] * 5
+    (tmp_path / "perf.jsonl").write_text("".join(json.dumps(r) + "\n" for r in seeded))
+    assert bench(tmp_path, cache, "--no-record", "--cells", "tg4") == 1
+    out = capsys.readouterr().out
+    assert "perf-ci FAIL" in out and "perf-ci: FAIL" in out
+    assert len(read_rows(tmp_path / "perf.jsonl")) == 5  # --no-record appended nothing
+
+
+def test_bad_input_exit_2(tmp_path, cache, capsys):
+    assert bench(tmp_path, cache, "--reps", "3") == 2
+    assert bench(tmp_path, cache, "--cells", "nothing-like-this") == 2
+    assert main(["bench", "--table", "--write", str(tmp_path / "absent.md")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset, expect_weights", [
+    # f32: 4 bytes/param, from the preset's shapes by hand (E=256 H=4 Hkv=2 D=64 F=512 V=512, 2 layers):
+    # per layer attn 256*64*12 + ffn 3*256*512 + norms 2*256+2*64; + output 512*256 + output_norm 256
+    # + one token_embd row 256
+    ("qwen3-tiny", 4 * (2 * (196608 + 393216 + 640) + 131072 + 256 + 256)),
+    # MoE (8 experts of F=256, 2 used): experts 3*256*256*8 counted at 2/8, router 256*8
+    ("qwen3moe-tiny", 4 * (2 * (196608 + 3 * 256 * 256 * 8 // 4 + 2048 + 640) + 131072 + 256 + 256)),
+])
+def test_bytes_per_token_from_shapes(cache, preset, expect_weights):
+    from bw24.engine.perf.traffic import decode_traffic
+    from bw24.gguf import GGUFFile, ModelConfig
+    from bw24.gguf.synth import synth
+
+    path = cache / f"{preset}-f32.gguf"
+    if not path.exists():
+        synth(preset, path, mix="f32", seed=1)
+    f = GGUFFile(path)
+    tr = decode_traffic(f, ModelConfig.from_gguf(f), depth=100, tokens=9)
+    assert tr.weight_bytes == expect_weights
+    assert tr.kv_bytes == 2 * 105 * 2 * (64 + 64) * 4  # layers * mean ctx (100 + 5) * Hkv * (D + Dv) * fp32

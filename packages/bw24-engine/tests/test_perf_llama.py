@@ -1,0 +1,88 @@
+"""llama-bench arm: the flags, parsing its -o json, and A B A B interleaving with a fake llama-bench."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+
+import pytest
+from bw24.engine.perf.cells import Cell
+from bw24.engine.perf.errors import LlamaBenchError
+from bw24.engine.perf.llama import LlamaBench, llama_bench_args, parse_llama_bench_json
+from bw24.engine.perf.runner import interleave
+
+DEC = Cell("qwen3-8b", "q4_k_m", "decode", depth=4096, tokens=128)
+PRE = Cell("qwen3-8b", "q4_k_m", "prefill", depth=0, tokens=512)
+# the shape of llama-bench's json printer (tools/llama-bench/llama-bench.cpp): a list of tests
+SAMPLE = json.dumps([{"build_commit": "abc1234", "build_number": 7000, "gpu_info": "NVIDIA H200",
+                      "n_prompt": 0, "n_gen": 128, "n_depth": 4096, "flash_attn": True, "avg_ts": 230.5,
+                      "stddev_ts": 0.4, "samples_ts": [230.5]},
+                     {"build_commit": "abc1234", "n_prompt": 512, "n_gen": 0, "n_depth": 0, "avg_ts": 8800.0}])
+
+
+def test_args():
+    assert llama_bench_args("lb", "m.gguf", DEC) == ["lb", "-m", "m.gguf", "-p", "0", "-n", "128", "-d", "4096",
+                                                    "-fa", "1", "-ngl", "99", "-r", "1", "-o", "json"]
+    assert llama_bench_args("lb", "m.gguf", PRE, 5)[3:10] == ["-p", "512", "-n", "0", "-d", "0", "-fa"]
+    with pytest.raises(LlamaBenchError, match="speculative"):
+        llama_bench_args("lb", "m.gguf", Cell("x", "q8_0", "spec"))
+
+
+def test_parse_picks_the_cells_test():
+    assert parse_llama_bench_json("ggml_cuda_init: found 1 device\n" + SAMPLE, DEC)["avg_ts"] == 230.5
+    assert parse_llama_bench_json(SAMPLE, PRE)["avg_ts"] == 8800.0
+    with pytest.raises(LlamaBenchError, match="n_depth=0"):
+        parse_llama_bench_json(SAMPLE, Cell("qwen3-8b", "q4_k_m", "decode", depth=0, tokens=128))
+    with pytest.raises(LlamaBenchError, match="not JSON"):
+        parse_llama_bench_json("| model | size |", DEC)
+
+
+def fake_llama_bench(tmp_path, rc=0):
+    """A llama-bench stand-in: logs its argv, answers one test in the -o json format."""
+    log = tmp_path / "calls.log"
+    script = tmp_path / "llama-bench"
+    script.write_text(f"""#!{sys.executable}
+import json, sys
+a = sys.argv[1:]
+open({str(log)!r}, "a").write(" ".join(a) + "\\n")
+get = lambda f: int(a[a.index(f) + 1])
+n = sum(1 for _ in open({str(log)!r}))
+print("load_backend: fake", file=sys.stderr)
+print(json.dumps([{{"build_commit": "fake123", "gpu_info": "Fake GPU", "n_prompt": get("-p"), "n_gen": get("-n"),
+                   "n_depth": get("-d"), "avg_ts": 100.0 + n, "samples_ts": [100.0 + n]}}]))
+sys.exit({rc})
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, log
+
+
+def test_interleaved_with_fake_llama_bench(tmp_path):
+    script, log = fake_llama_bench(tmp_path)
+    lb = LlamaBench(script, tmp_path / "m.gguf", DEC)
+    events: list[str] = []
+
+    def a():
+        events.append("A")
+        return 300.0
+
+    def b():
+        events.append(f"B{sum(1 for _ in open(log)) if log.exists() else 0}")
+        v = lb.rep()
+        events.append(f"B{sum(1 for _ in open(log))}")
+        return v
+
+    ours, theirs = interleave(a, b, 5)
+    assert events == ["A", "B0", "B1", "A", "B1", "B2", "A", "B2", "B3", "A", "B3", "B4", "A", "B4", "B5"]
+    assert theirs == [101.0, 102.0, 103.0, 104.0, 105.0] and ours == [300.0] * 5
+    calls = log.read_text().splitlines()
+    assert all(c == f"-m {tmp_path / 'm.gguf'} -p 0 -n 128 -d 4096 -fa 1 -ngl 99 -r 1 -o json" for c in calls)
+    assert lb.info["build_commit"] == "fake123"
+
+
+def test_failing_llama_bench_is_a_typed_error(tmp_path):
+    script, _ = fake_llama_bench(tmp_path, rc=3)
+    with pytest.raises(LlamaBenchError, match="exited 3"):
+        LlamaBench(script, tmp_path / "m.gguf", DEC).rep()
+    with pytest.raises(LlamaBenchError, match="not a file"):
+        LlamaBench(tmp_path / "missing", tmp_path / "m.gguf", DEC)

@@ -1,0 +1,49 @@
+"""The README table is regenerated from JSONL rows and replaces only the marked section."""
+
+from __future__ import annotations
+
+import pytest
+from bw24.engine.perf.errors import TableMarkersError
+from bw24.engine.perf.table import BEGIN, END, render_table, write_table
+
+ROWS = [
+    {"device": "NVIDIA H200 sm_90a", "cell": "qwen3-8b-q4_k_m-tg128@d0", "mode": "decode", "decode_tok_s": 400.0,
+     "llama_tok_s": 250.0, "ratio": 1.6, "roofline_pct": 44.4, "time": "2026-11-01T00:00:00Z", "git": "aaa1111",
+     "dirty": False, "llama": {"build_commit": "b7000"}},
+    {"device": "NVIDIA H200 sm_90a", "cell": "qwen3-8b-q4_k_m-tg128@d0", "mode": "decode", "decode_tok_s": 512.5,
+     "llama_tok_s": 247.0, "ratio": 512.5 / 247.0, "roofline_pct": 56.9, "time": "2026-11-30T00:00:00Z",
+     "git": "bbb2222", "dirty": True, "llama": {"build_commit": "b7001"}},
+    {"device": "cpu x", "cell": "qwen3-tiny-q8_0-pp32@d0", "mode": "prefill", "prefill_tok_s": 1234.5,
+     "llama_tok_s": None, "ratio": None, "roofline_pct": None, "time": "2026-11-30T01:00:00Z", "git": "bbb2222"},
+]
+
+
+def test_render_uses_latest_row_per_device_cell():
+    t = render_table(ROWS)
+    lines = [ln for ln in t.splitlines() if ln.startswith("| qwen3")]
+    assert len(lines) == 3 - 1  # two H200 rows collapse to the latest
+    assert "| qwen3-8b-q4_k_m-tg128@d0 | 512.5 | 247.0 | 2.07x | 56.9 | 2026-11-30 | NVIDIA H200 sm_90a | bbb2222+ / llama.cpp b7001 |" in t
+    assert "| qwen3-tiny-q8_0-pp32@d0 | 1,234.5 | — | — | — | 2026-11-30 | cpu x | bbb2222 |" in t
+    assert "400.0" not in t
+
+
+def test_write_replaces_only_the_marked_section(tmp_path):
+    readme = tmp_path / "README.md"
+    before, after = "# bw24\n\nintro text\n\n", "\nmore text after\n"
+    readme.write_text(f"{before}{BEGIN}\n| old | table |\n{END}{after}")
+    write_table(readme, ROWS, device="cpu x")
+    text = readme.read_text()
+    assert text.startswith(before + BEGIN + "\n| cell | bw24 tok/s |")
+    assert text.endswith(END + after)
+    assert "| old | table |" not in text and "1,234.5" in text and "512.5" not in text
+    write_table(readme, ROWS, device="cpu x")  # idempotent
+    assert readme.read_text() == text
+
+
+@pytest.mark.parametrize("body", ["no markers\n", f"{END}\n{BEGIN}\n", f"{BEGIN} only\n"])
+def test_write_without_markers_is_a_typed_error(tmp_path, body):
+    p = tmp_path / "README.md"
+    p.write_text(body)
+    with pytest.raises(TableMarkersError, match="perf-table"):
+        write_table(p, ROWS)
+    assert p.read_text() == body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import dataclasses
 
@@ -83,3 +84,47 @@ def test_canary_wrong_bos_flag_is_caught(load_tok, load_llm, tok_corpus):
     good = load_tok("smollm2-135m")
     wrong = Tokenizer(dataclasses.replace(good.vocab, add_bos=not good.add_bos))
     assert _mismatches(wrong, load_llm("smollm2-135m"), True, False, tok_corpus[:5])
+
+
+# --- the tiktoken fast path (fastbpe.py) and the HF fallback path are both held to llama.cpp ---
+BPE_MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b")
+
+
+def _hf_only(tok: Tokenizer) -> Tokenizer:
+    """The same tokenizer with the fast path switched off (every fragment takes the HF path)."""
+    slow = copy.copy(tok)
+    slow._backend = dataclasses.replace(tok._backend, fast=None, fast_unsafe=None, _cache={})
+    return slow
+
+
+@pytest.mark.parametrize("alias", BPE_MODELS)
+def test_fast_path_is_used_for_byte_level_bpe(load_tok, alias):
+    assert load_tok(alias)._backend.fast is not None, "parity above would not cover the tiktoken path"
+
+
+@pytest.mark.parametrize("alias", BPE_MODELS)
+def test_hf_fallback_path_matches_llama_cpp(load_tok, load_llm, tok_corpus, alias):
+    slow = _hf_only(load_tok(alias))
+    bad = _mismatches(slow, load_llm(alias), False, False, tok_corpus)
+    assert not bad, f"{len(bad)} strings differ from llama.cpp, first: {bad[0]}"
+
+
+def test_unsafe_chars_take_the_fallback_and_match_llama_cpp(load_tok, load_llm):
+    """smollm2 has no token for bytes 0x04 or 0xF1 (llama.cpp drops them): such text must not
+    reach tiktoken, and the fallback must still give llama.cpp's ids."""
+    tok = load_tok("smollm2-135m")
+    texts = ["a\x04b 12 c", "x \U00040000y 7", "plain text", "two\x06 \U00080001 bad 99"]
+    assert [bool(tok._backend.fast_unsafe.search(t)) for t in texts] == [True, True, False, True]
+    assert not _mismatches(tok, load_llm("smollm2-135m"), False, False, texts)
+
+
+def test_canary_naively_folded_regex_is_caught(load_tok, load_llm, tok_corpus, monkeypatch):
+    """Folding smollm's two regexes as plain alternation (no digit-bounded whitespace, GPT-2's
+    ` ?\\p{N}+` kept) lets " 5" become one pre-token: the fast path must then disagree."""
+    from bw24.tokenizer import fastbpe, pretokenize
+
+    naive = r"\p{N}|" + pretokenize._GPT2 + r"|\s+"
+    monkeypatch.setitem(fastbpe.FOLDED_PATTERNS, "smollm", naive)
+    wrong = Tokenizer(load_tok("smollm2-135m").vocab)
+    assert wrong._backend.fast is not None
+    assert _mismatches(wrong, load_llm("smollm2-135m"), False, False, tok_corpus)

@@ -8,6 +8,7 @@ a lot in real text (" the", " of"), and a dict hit is far cheaper than a call in
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -23,6 +24,10 @@ class Backend:
     pieces: list[bytes]  # token id -> bytes (llama.cpp token_to_piece with special=True)
     escape_spaces: bool  # SentencePiece: " " -> U+2581 before encoding
     note: str = ""
+    # exact native encoder for a whole fragment (fastbpe.py), used unless `fast_unsafe` finds a char
+    # it cannot take; it needs no chunk cutting or cache, so the cold pass is as fast as the warm one
+    fast: Callable[[str], list[int]] | None = None
+    fast_unsafe: re.Pattern[str] | None = None
     _cache: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -34,6 +39,16 @@ class Backend:
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each raw-text fragment; one cache pass and at most one library call."""
+        fast = self.fast
+        if fast is not None:
+            unsafe = self.fast_unsafe.search
+            if not any(unsafe(t) for t in texts):
+                return [fast(t) for t in texts]
+            return [self._encode_cached([t])[0] if unsafe(t) else fast(t) for t in texts]
+        return self._encode_cached(texts)
+
+    def _encode_cached(self, texts: list[str]) -> list[list[int]]:
+        """The HF path: cut at safe points, look each chunk up, encode the misses in one batch."""
         if self.escape_spaces:
             texts = [t.replace(" ", "\u2581") for t in texts]
         cut = self._cut

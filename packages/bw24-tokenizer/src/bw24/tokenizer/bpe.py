@@ -14,6 +14,7 @@ from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
 from .backend import Backend
 from .errors import TokenizerLoadError
+from .fastbpe import build_fast_bpe
 from .pretokenize import BPE_CUT_REGEX, pre_tokenizer_spec
 from .vocab import Attr, Vocab
 
@@ -80,6 +81,9 @@ def build_bpe(vocab: Vocab) -> Backend:
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)]
     )
     pieces = [_piece(t, a) for t, a in zip(vocab.tokens, vocab.attrs, strict=True)]
+    fast = build_fast_bpe(spec.family, ids, merges, unicode_to_byte())
     return Backend(hf=tk, cut_regex=BPE_CUT_REGEX, pieces=pieces, escape_spaces=False,
+                   fast=fast[0] if fast else None, fast_unsafe=fast[1] if fast else None,
                    note=f"byte-level BPE, pre={vocab.pre} ({spec.family}), {len(merges)} merges"
-                        + (f", {dropped} unusable merges dropped" if dropped else ""))
+                        + (f", {dropped} unusable merges dropped" if dropped else "")
+                        + (", tiktoken fast path" if fast else ""))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bw24.server.prompt_cache import common_prefix
+from bw24.engine.kv_cache import common_prefix
 
 MODEL = "smollm2-135m"
 

@@ -10,6 +10,7 @@ from .errors import (
                      EngineError,
                      InvalidSamplingParamsError,
                      PromptTooLongError,
+                     StaleCacheError,
                      TokenIdError,
                      UnsupportedModelError,
 )
@@ -19,5 +20,5 @@ from .sampling import SamplingParams
 __all__ = [
     "BackendUnavailableError", "BadInputError", "ContextLimitError", "EmptyPromptError", "Engine", "EngineError",
     "GenerationEvent", "GenerationStats", "InvalidSamplingParamsError", "PromptTooLongError", "SamplingParams",
-    "TokenIdError", "UnsupportedModelError", "VerifyResult",
+    "StaleCacheError", "TokenIdError", "UnsupportedModelError", "VerifyResult",
 ]

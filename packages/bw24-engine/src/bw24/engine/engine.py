@@ -13,6 +13,7 @@ import numpy as np
 from .chat_fallback import fallback_template
 from .errors import BadInputError, EmptyPromptError, PromptTooLongError
 from .generate import GenerationEvent, GenerationStats, check_request, generate
+from .kv_cache import KVHistory
 from .models import model_class
 from .models.common import Transformer, count_tensors
 from .ops import get_ops
@@ -53,6 +54,9 @@ class Engine:
         self.config = model.cfg
         self.n_ctx = model.kv.n_ctx
         self.last_stats = GenerationStats()
+        # The token ids whose KV the model holds after the last Engine.generate (prompt + every
+        # generated token fed so far); any other use of the KV resets it and so voids this record.
+        self.kv_history = KVHistory()
 
     @property
     def backend(self) -> str:
@@ -125,8 +129,11 @@ class Engine:
         top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0, stop: Sequence[str] | None = None, seed: int | None = None,
         logprobs: bool = False, top_logprobs: int = 0, params: SamplingParams | None = None,
+        reuse_prefix: bool = False,
     ) -> Iterator[GenerationEvent]:
-        """Stream GenerationEvents from a fresh context (validated before the first event)."""
+        """Stream GenerationEvents (validated before the first event). From a fresh context, or with
+        reuse_prefix the KV of cached_prefix(ids) tokens is kept and only the rest is prefilled (same
+        outputs; last_stats.cached_tokens says how many were kept)."""
         from bw24.tokenizer import IncrementalDetokenizer
 
         if params is None:
@@ -138,10 +145,17 @@ class Engine:
         ids = list(ids)
         check_request(self.model, ids, max_tokens)  # raise here, not at the first next()
         self.model.check_ids(ids)
-        self.last_stats = GenerationStats()
+        n_keep = self.cached_prefix(ids) if reuse_prefix else 0
+        check_request(self.model, ids, max_tokens, n_keep)
+        self.last_stats = GenerationStats(cached_tokens=n_keep)
         return generate(self.model, self.tokenizer, IncrementalDetokenizer(self.tokenizer), ids, params,
                         max_tokens=max_tokens, stop=stop or (), logprobs=logprobs, top_logprobs=top_logprobs,
-                        stats=self.last_stats)
+                        stats=self.last_stats, n_keep=n_keep, history=self.kv_history)
+
+    def cached_prefix(self, ids: Sequence[int]) -> int:
+        """Tokens of ids whose KV generate(ids, reuse_prefix=True) would keep: the longest common
+        prefix with the tokens the KV holds, at most len(ids) - 1; 0 when the record is stale."""
+        return self.kv_history.reusable(self.model.kv, list(ids))
 
     def chat_ids(self, messages: Sequence[dict], tools: Any = None) -> list[int]:
         """Token ids of a chat prompt (template with the generation prompt, special tokens parsed)."""

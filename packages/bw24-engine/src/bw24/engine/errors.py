@@ -39,5 +39,9 @@ class UnsupportedModelError(BadInputError):
     """A model the engine has no forward for (architecture, feature or tensor layout)."""
 
 
+class StaleCacheError(EngineError):
+    """A generation was asked to keep KV positions the cache no longer holds for its prompt."""
+
+
 class BackendUnavailableError(EngineError):
     """The requested op backend cannot run here (e.g. 'cuda' without a GPU)."""

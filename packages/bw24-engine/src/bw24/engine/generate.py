@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import EmptyPromptError, InvalidSamplingParamsError, PromptTooLongError
+from .errors import (
+    BadInputError,
+    EmptyPromptError,
+    InvalidSamplingParamsError,
+    PromptTooLongError,
+    StaleCacheError,
+)
+from .kv_cache import KVHistory
 from .models.common import Transformer
 from .sampling import SamplingParams, log_softmax
 
@@ -31,6 +38,7 @@ class GenerationEvent:
 class GenerationStats:
     n_prompt: int = 0
     n_generated: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV was kept from the previous generation (not fed)
     prefill_s: float = 0.0  # the prompt's forward passes
     decode_s: float = 0.0  # from the end of the prefill to the last token: n_generated samples, n - 1 steps
     finish_reason: str | None = None
@@ -38,7 +46,8 @@ class GenerationStats:
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.n_prompt / self.prefill_s if self.prefill_s > 0 else float("nan")
+        fed = self.n_prompt - self.cached_tokens
+        return fed / self.prefill_s if self.prefill_s > 0 else float("nan")
 
     @property
     def decode_tok_s(self) -> float:
@@ -76,27 +85,32 @@ class StopMatcher:
         return out
 
 
-def check_request(model: Transformer, prompt: Sequence[int], max_tokens: int) -> None:
+def check_request(model: Transformer, prompt: Sequence[int], max_tokens: int, n_keep: int = 0) -> None:
     if len(prompt) == 0:
         raise EmptyPromptError("empty prompt: at least one token is needed")
     if max_tokens <= 0:
         raise InvalidSamplingParamsError(f"max_tokens={max_tokens} (must be > 0)")
     if len(prompt) > model.kv.n_ctx:
         raise PromptTooLongError(f"prompt of {len(prompt)} tokens is longer than the context (n_ctx={model.kv.n_ctx})")
+    if not 0 <= n_keep < len(prompt):  # the last prompt token is always fed: its logits start generation
+        raise BadInputError(f"n_keep={n_keep} (must be in [0, {len(prompt) - 1}] for a {len(prompt)}-token prompt)")
 
 
 def generate(
     model: Transformer, tokenizer, detokenizer, prompt: Sequence[int], params: SamplingParams, *,
     max_tokens: int, stop: Sequence[str] = (), logprobs: bool = False, top_logprobs: int = 0,
-    stats: GenerationStats | None = None,
+    stats: GenerationStats | None = None, n_keep: int = 0, history: KVHistory | None = None,
 ) -> Iterator[GenerationEvent]:
-    """Generate from a fresh context. Stops on the tokenizer's EOS/EOT ids, on a stop string, after
-    max_tokens, or when the context is full (finish_reason "length")."""
-    check_request(model, prompt, max_tokens)
+    """Generate after the first n_keep cached positions (0: a fresh context), feeding only
+    prompt[n_keep:]: the caller vouches that those positions hold prompt[:n_keep] (when `history`
+    is given it is checked against it, and kept equal to the tokens the KV holds: the prompt, then
+    each generated token once a decode step has fed it). Stops on the tokenizer's EOS/EOT ids, on a
+    stop string, after max_tokens, or when the context is full (finish_reason "length")."""
+    check_request(model, prompt, max_tokens, n_keep)
     params = params.resolved()
     ops, kv, buf = model.ops, model.kv, model.buf
     st = stats if stats is not None else GenerationStats()
-    st.n_prompt, st.extra["seed"] = len(prompt), params.seed
+    st.n_prompt, st.cached_tokens, st.extra["seed"] = len(prompt), n_keep, params.seed
     end_ids = set(tokenizer.eot_ids) | ({tokenizer.eos_id} if tokenizer.eos_id is not None else set())
     want_lp = logprobs or top_logprobs > 0
 
@@ -106,9 +120,17 @@ def generate(
         ops.copy_from_host(counts, np.bincount(np.asarray(prompt), minlength=model.cfg.n_vocab).astype(np.int32))
     token, row = buf.view(1).ids, buf.logits[0]
 
+    if history is not None and history.reusable(kv, prompt) < n_keep:  # KV changed since n_keep was chosen
+        raise StaleCacheError(f"n_keep={n_keep}: the KV cache holds only {history.reusable(kv, prompt)} "
+                              "positions of this prompt")
     t0 = time.perf_counter()
-    kv.reset()
-    model.feed(prompt)  # logits of the last prompt token land in buf.logits[0]
+    kv.reset(n_keep)  # host n_past and the backend pos array both set to n_keep
+    if history is not None:
+        history.ids, history.epoch = list(prompt[:n_keep]), kv.epoch
+    model.feed(prompt[n_keep:])  # logits of the last prompt token land in buf.logits[0]
+    if history is not None:
+        history.ids = list(prompt)
+    mine = kv.epoch  # a later generation's reset makes this (abandoned) generator stop recording
     t1 = time.perf_counter()
     st.prefill_s = t1 - t0
     ops.sample(row, params, kv.pos, out=token, counts=counts)
@@ -147,3 +169,5 @@ def generate(
             return
         kv.reserve(1)
         decode()
+        if history is not None and kv.epoch == mine:
+            history.ids.append(tok)

@@ -4,6 +4,10 @@ HTTP handlers never touch the engine: they submit a Job and read its events from
 queue. Jobs run one at a time in arrival order (a FIFO queue is the fair order for a single
 sequence engine). A cancelled job (client gone) is dropped between two tokens, which frees the
 engine for the next job at once.
+
+Prompt cache: each job asks the engine to keep the KV of the longest common token prefix with what
+it holds from the previous job (multi-turn chat re-sends the whole conversation); the engine reports
+how many prompt tokens it kept in last_stats.cached_tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from typing import Any
 
 from .errors import APIError, not_ready
 from .metrics import Metrics
-from .prompt_cache import PromptCache
 
 log = logging.getLogger("bw24.server")
 
@@ -97,7 +100,6 @@ class Worker:
         self._loader, self._on_load_error = loader, on_load_error
         self.metrics = metrics
         self.engine: Any = None
-        self.cache: PromptCache | None = None
         self.load_error: str | None = None
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="bw24-engine", daemon=True)
@@ -135,7 +137,6 @@ class Worker:
             if self._on_load_error is not None:
                 self._on_load_error(self.load_error)
             return
-        self.cache = PromptCache(engine)
         self.engine = engine
         log.info("model ready")
         while True:
@@ -159,7 +160,8 @@ class Worker:
 
     def _generate(self, job: Job) -> None:
         p, m = job.params, self.metrics
-        cached, events = self.cache.generate(list(p.prompt_ids), engine_kwargs(p))
+        events = self.engine.generate(list(p.prompt_ids), reuse_prefix=True, **engine_kwargs(p))
+        cached = int(self.engine.last_stats.cached_tokens)
         job._put(Started(cached))
         n_gen, finish, t_prev, t_first = 0, "length", None, None
         try:

@@ -1,29 +1,12 @@
 """general.architecture = "qwen2" (Qwen2 / Qwen2.5): llama's block with biases on Q, K, V and
-"neox" RoPE (first half / second half pairs); the biases ride in the fused QKV matmul.
-
-Shape legend: T tokens in the step, E n_embd, H / Hkv query / kv heads, D head_dim, F n_ff, V n_vocab.
+"neox" RoPE (first half / second half pairs). The forward is llama's, unchanged: the biases ride in
+the fused QKV matmul and the rope mode comes from ModelConfig, both inside Transformer.attention.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from .common import Transformer
+from .llama import Llama
 
 
-class Qwen2(Transformer):
+class Qwen2(Llama):
     arch = "qwen2"
-
-    def forward(self, T: int, last_only: bool = True) -> Any:
-        o, c, b = self.ops, self.cfg, self.buf.view(T)
-        o.embed(b.ids, self.w.tok_embd, c.embed_scale, out=b.h)  # [T, E]
-        for i, L in enumerate(self.w.layers):
-            o.rmsnorm(b.h, L.attn_norm, c.rms_eps, out=b.x)
-            self.attention(i, L, b)  # x W^T + bias for q, k, v; rope (neox); cache; attention
-            o.matmul(L.wo, b.a, out=b.h, residual=b.h)  # h += a Wo^T (no output bias)
-            o.rmsnorm(b.h, L.ffn_norm, c.rms_eps, out=b.x)
-            self.dense_ffn(L, b)  # [T, F]
-            o.matmul(L.w_down, b.g, out=b.h, residual=b.h)
-        logits = self.head(b, T, last_only)  # [1 or T, V]
-        o.advance(self.kv.pos, T)
-        return logits

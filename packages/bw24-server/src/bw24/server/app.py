@@ -24,7 +24,7 @@ from .errors import APIError, bad_request, install_error_handlers, not_ready, un
 from .metrics import Metrics
 from .params import chat_params, chat_prompt_ids, completion_params
 from .streaming import Reply, collect, stream
-from .worker import Failed, Started, Worker
+from .worker import Failed, Speculation, Started, Worker
 
 ERRORS = {s: {"model": S.ErrorResponse} for s in (400, 401, 404, 503)}
 # One SSE event (stream=true): `data:` holds a JSON chunk, or the final "[DONE]".
@@ -40,6 +40,8 @@ class ServerConfig:
     n_ctx: int | None = None
     api_key: str | None = None
     alias: str | None = None
+    drafter: Any = None             # bw24.engine.spec.options.DrafterOptions, or None: no speculation
+    k: int = 4                      # initial draft length (adaptive) when drafter is set
 
     @property
     def served_name(self) -> str:
@@ -61,7 +63,8 @@ def create_app(cfg: ServerConfig, loader: Callable[[], Any] | None = None,
     """loader: builds the engine (default: Engine.load per cfg); on_load_error: called with the
     reason when loading fails (the CLI stops the server; otherwise /health keeps answering 503)."""
     metrics = Metrics()
-    worker = Worker(loader or default_loader(cfg), metrics, on_load_error)
+    spec = Speculation(cfg.drafter, cfg.k) if cfg.drafter is not None and cfg.drafter.enabled else None
+    worker = Worker(loader or default_loader(cfg), metrics, on_load_error, speculation=spec)
     names = {cfg.served_name, cfg.model}
     created = int(time.time())
 

@@ -33,5 +33,17 @@ class Metrics:
                                        "Time between consecutive generated tokens",
                                        buckets=_TOKEN_BUCKETS, registry=r)
 
+        # Speculative decoding (--draft/--ngram/--mtp): jobs served by it, its draft tokens, and why not.
+        self.spec_requests = Counter("bw24_speculative_requests", "Generations served by speculative decoding",
+                                     registry=r)
+        self.spec_drafted = Counter("bw24_speculative_drafted_tokens", "Draft tokens proposed for verification",
+                                    registry=r)
+        self.spec_accepted = Counter("bw24_speculative_accepted_tokens", "Draft tokens accepted by the verify",
+                                     registry=r)
+        self.spec_skipped = Counter("bw24_speculative_skipped_requests",
+                                    "Generations served plainly although a drafter is configured, by reason "
+                                    "(concurrent: another request active or queued; logprobs: asked for)",
+                                    ["reason"], registry=r)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

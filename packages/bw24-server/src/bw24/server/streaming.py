@@ -32,6 +32,11 @@ class Reply:
     entries: list[dict] = field(default_factory=list)   # chat-format logprob entries
     finished: Finished | None = None
 
+    def started(self, ev: Started) -> None:
+        """A speculatively served job says so in system_fingerprint: `bw24-<backend>+spec-<drafter>`."""
+        if ev.drafter and self.fingerprint:
+            self.fingerprint = f"{self.fingerprint}+spec-{ev.drafter}"
+
     # ---- logprobs ----
 
     def _piece(self, token_id: int) -> bytes:
@@ -105,7 +110,9 @@ async def collect(job: Job, reply: Reply) -> Reply:
         ev = await job.events.get()
         if isinstance(ev, Failed):
             raise ev.error
-        if isinstance(ev, Token):
+        if isinstance(ev, Started):
+            reply.started(ev)
+        elif isinstance(ev, Token):
             reply.text += ev.text
             if reply.logprobs:
                 reply.entries.append(reply.entry(ev))
@@ -116,6 +123,7 @@ async def collect(job: Job, reply: Reply) -> Reply:
 
 async def stream(job: Job, reply: Reply, first: Started) -> AsyncIterator[str]:
     """SSE lines for one job whose Started event was already received."""
+    reply.started(first)
     try:
         if reply.kind == "chat":
             yield sse(reply.chunk("", [], None, role=True))

@@ -8,6 +8,12 @@ engine for the next job at once.
 Prompt cache: each job asks the engine to keep the KV of the longest common token prefix with what
 it holds from the previous job (multi-turn chat re-sends the whole conversation); the engine reports
 how many prompt tokens it kept in last_stats.cached_tokens.
+
+Speculative decoding (bw24-server --draft/--ngram/--mtp): a job is served by spec.stream's
+speculative_generate only when no other job was active or queued when it arrived, none is queued when
+it starts, and it asks for no logprobs (that path has none); otherwise by engine.generate. The choice
+is made once per job, at its start. The speculative runner prefills the whole prompt from a fresh KV
+(no prefix reuse; it also voids the engine's prefix record), so such a job reports cached_tokens=0.
 """
 
 from __future__ import annotations
@@ -48,8 +54,17 @@ class GenParams:
 # ---- events a job delivers to the HTTP side ----------------------------------------------------
 
 @dataclass(frozen=True)
+class Speculation:
+    """Drafter options of the server (bw24.engine.spec.options.DrafterOptions) and the adaptive K."""
+
+    options: Any
+    k: int = 4
+
+
+@dataclass(frozen=True)
 class Started:
     cached_tokens: int
+    drafter: str | None = None   # the drafter's name when this job is served speculatively
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,7 @@ class Job:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
+    alone: bool = True   # no other job was active or queued when this one was submitted
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -96,10 +112,14 @@ _STOP = object()
 
 class Worker:
     def __init__(self, loader: Callable[[], Any], metrics: Metrics,
-                 on_load_error: Callable[[str], None] | None = None):
+                 on_load_error: Callable[[str], None] | None = None, speculation: Speculation | None = None):
         self._loader, self._on_load_error = loader, on_load_error
         self.metrics = metrics
+        self.speculation = speculation
         self.engine: Any = None
+        self.drafter: Any = None
+        self._active = 0     # jobs submitted and not yet done (queued or running)
+        self._lock = threading.Lock()
         self.load_error: str | None = None
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="bw24-engine", daemon=True)
@@ -122,6 +142,9 @@ class Worker:
         if not self.ready:
             raise not_ready()
         job = Job(params, asyncio.get_running_loop())
+        with self._lock:
+            job.alone = self._active == 0
+            self._active += 1
         self._jobs.put(job)
         self.metrics.queue_depth.set(self._jobs.qsize())
         return job
@@ -131,6 +154,9 @@ class Worker:
     def _run(self) -> None:
         try:
             engine = self._loader()
+            if self.speculation is not None:  # built once, in the thread that owns the engine
+                from bw24.engine.spec.options import make_drafter
+                self.drafter = make_drafter(self.speculation.options, engine)
         except Exception as e:  # reported by /health; the process keeps serving errors
             log.exception("model load failed")
             self.load_error = f"{type(e).__name__}: {e}"
@@ -144,10 +170,10 @@ class Worker:
             self.metrics.queue_depth.set(self._jobs.qsize())
             if job is _STOP:
                 return
-            if job.cancelled.is_set():
-                self.metrics.cancelled.inc()
-                continue
             try:
+                if job.cancelled.is_set():
+                    self.metrics.cancelled.inc()
+                    continue
                 self._generate(job)
             except APIError as e:
                 job._put(Failed(e))
@@ -157,12 +183,42 @@ class Worker:
                 log.exception("generation failed")
                 job._put(Failed(APIError(500, f"Generation failed: {type(e).__name__}: {e}",
                                          type="server_error", code="generation_failed")))
+            finally:
+                with self._lock:
+                    self._active -= 1
+
+    def _speculate(self, job: Job) -> bool:
+        """Serve this job speculatively? (see the module docstring); counts why not in the metrics."""
+        if self.drafter is None:
+            return False
+        reason = None
+        if job.params.logprobs or job.params.top_logprobs:
+            reason = "logprobs"
+        elif not job.alone or not self._jobs.empty():
+            reason = "concurrent"
+        if reason is not None:
+            self.metrics.spec_skipped.labels(reason=reason).inc()
+            return False
+        return True
 
     def _generate(self, job: Job) -> None:
         p, m = job.params, self.metrics
-        events = self.engine.generate(list(p.prompt_ids), reuse_prefix=True, **engine_kwargs(p))
-        cached = int(self.engine.last_stats.cached_tokens)
-        job._put(Started(cached))
+        spec = self._speculate(job)
+        if spec:
+            from bw24.engine.spec.stream import speculative_generate
+            kw = engine_kwargs(p)
+            del kw["logprobs"], kw["top_logprobs"]
+            max_tokens, stop = kw.pop("max_tokens"), kw.pop("stop")
+            events = speculative_generate(self.engine, self.drafter, list(p.prompt_ids), sampling_params(**kw),
+                                          max_tokens=max_tokens, stop=stop, k=self.speculation.k, adaptive=True,
+                                          verify=self.speculation.options.verify)
+            stats = self.engine.last_stats
+            cached = 0  # the runner prefills the whole prompt from a fresh KV
+            m.spec_requests.inc()
+        else:
+            events = self.engine.generate(list(p.prompt_ids), reuse_prefix=True, **engine_kwargs(p))
+            cached = int(self.engine.last_stats.cached_tokens)
+        job._put(Started(cached, self.drafter.name if spec else None))
         n_gen, finish, t_prev, t_first = 0, "length", None, None
         try:
             for ev in events:
@@ -189,6 +245,9 @@ class Worker:
             m.prompt_tokens.inc(len(p.prompt_ids))
             m.cached_tokens.inc(cached)
             m.generated_tokens.inc(n_gen)
+            if spec:
+                m.spec_drafted.inc(int(stats.extra.get("drafted", 0)))
+                m.spec_accepted.inc(int(stats.extra.get("accepted", 0)))
             if t_first is not None and t_prev is not None and n_gen > 1:
                 m.tokens_per_second.set((n_gen - 1) / max(t_prev - t_first, 1e-9))
         job._put(Finished(finish, len(p.prompt_ids), n_gen, cached))
@@ -200,6 +259,12 @@ def _pairs(top: Any) -> tuple[tuple[int, float], ...]:
         return ()
     items = top.items() if isinstance(top, dict) else top
     return tuple(sorted(((int(i), float(lp)) for i, lp in items), key=lambda t: -t[1]))
+
+
+def sampling_params(**kw: Any) -> Any:
+    """Engine.generate's sampling keywords as the SamplingParams speculative_generate takes."""
+    from bw24.engine.sampling import SamplingParams
+    return SamplingParams(**kw)
 
 
 def engine_kwargs(p: GenParams) -> dict[str, Any]:

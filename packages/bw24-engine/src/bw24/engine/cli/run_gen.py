@@ -30,10 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-ctx", type=int, default=None, help="context length (default: min(train, 4096))")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
     # speculative decoding (spec/): the drafter options of run-spec, one K (adaptive from it)
-    from .run_spec import add_drafter_args
+    from ..spec.options import add_drafter_args, add_k_arg
 
     add_drafter_args(p)
-    p.add_argument("--k", type=int, default=4, help="draft length with --draft/--ngram/--mtp (1..8, adaptive)")
+    add_k_arg(p)
     p.set_defaults(func=lambda a: run_guarded(PROG, lambda: run(a)))
 
 
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     events = eng.generate(ids, args.max_tokens, params=params)
     if args.draft or args.ngram or args.mtp:  # speculative: same events, exact by construction (spec/)
+        from ..spec.options import make_drafter, parse_k
         from ..spec.stream import speculative_generate
-        from .run_spec import make_drafter, parse_k
 
         drafter = make_drafter(args, eng, progress=not args.no_progress)
         events = speculative_generate(eng, drafter, ids, params, max_tokens=args.max_tokens,

@@ -9,64 +9,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import BadInputError, EmptyPromptError, InvalidSamplingParamsError
+from ..errors import EmptyPromptError, InvalidSamplingParamsError
 from ..ops import BACKENDS
 from ..sampling import SamplingParams
+from ..spec.options import add_drafter_args, make_drafter, parse_k
 from ._common import run_guarded
+
+__all__ = ["add_drafter_args", "make_drafter", "parse_k", "register", "run"]  # the helpers live in spec.options
 
 PROG = "bw24 run-spec"
 DEFAULT_PROMPT = ("Rewrite this Python function to use a list comprehension and keep its name:\n\n"
                   "def squares(xs):\n    out = []\n    for x in xs:\n        out.append(x * x)\n    return out\n")
-
-
-def parse_k(text: str) -> list[int]:
-    """'4' -> [4]; '1..8' -> [1, ..., 8]; '1,3,5' -> [1, 3, 5]; every K in 1..8."""
-    try:
-        if ".." in text:
-            a, b = text.split("..")
-            ks = list(range(int(a), int(b) + 1))
-        else:
-            ks = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise BadInputError(f"--k {text!r}: expected K, A..B or a comma list") from None
-    if not ks or any(not 1 <= k <= 8 for k in ks):
-        raise BadInputError(f"--k {text!r}: every K must be in 1..8")
-    return ks
-
-
-def add_drafter_args(p: argparse.ArgumentParser) -> None:
-    """The drafter options run-spec and run-gen share."""
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--draft", metavar="SPEC", default=None, help="draft model (alias, path, hf:...) sharing the tokenizer")
-    g.add_argument("--ngram", action="store_true", help="n-gram / prompt-lookup drafting from the context")
-    g.add_argument("--mtp", action="store_true", help="the model's NextN/MTP head")
-    p.add_argument("--frspec", metavar="RANKS.json", default=None,
-                   help="FR-Spec: trim the drafter's head to the top tokens of this ranks file (bw24 frspec-ranks)")
-    p.add_argument("--frspec-n", type=int, default=None, help="use the first N ids of the ranks file")
-    p.add_argument("--verify", choices=("auto", "rowwise", "batched"), default="auto",
-                   help="verify forward: auto = batched only where the backend declares it row-exact")
-
-
-def make_drafter(args: argparse.Namespace, eng, *, progress: bool = False):
-    """The drafter the options name (n-gram when none is given)."""
-    from ..engine import Engine
-    from ..spec import DraftModelDrafter, MTPDrafter, NgramDrafter, check_same_vocab
-    from ..spec.frspec import load_ranks
-
-    ranks = None
-    if args.frspec:
-        ranks = load_ranks(args.frspec, eng.config.n_vocab, args.frspec_n)
-    if args.mtp:
-        if ranks is not None:
-            raise BadInputError("--frspec applies to --draft models only in this version")
-        return MTPDrafter(eng.model, eng.gguf)
-    if args.draft:
-        dr = Engine.load(args.draft, backend=eng.backend, n_ctx=eng.n_ctx, progress=progress)
-        check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
-        return DraftModelDrafter(dr.model, frspec_ids=ranks, gguf=dr.gguf)
-    if ranks is not None:
-        raise BadInputError("--frspec needs a model drafter (--draft)")
-    return NgramDrafter()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

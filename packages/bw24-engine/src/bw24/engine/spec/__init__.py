@@ -6,11 +6,12 @@ from .base import Draft, DraftVocabMismatchError, FRSpecRanksError, NoMTPHeadErr
 from .draft_model import DraftModelDrafter, check_same_vocab
 from .mtp import MTPDrafter
 from .ngram import NgramDrafter
+from .options import DrafterOptions, add_drafter_args, check_drafter_options, make_drafter
 from .runner import SpecDecoder, SpecStats, plain_decode
 from .verify import VERIFY_MODES, AdaptiveK, Verifier
 
 __all__ = [
-    "VERIFY_MODES", "AdaptiveK", "Draft", "DraftModelDrafter", "DraftVocabMismatchError", "FRSpecRanksError",
-    "MTPDrafter", "NgramDrafter", "NoMTPHeadError", "SpecDecoder", "SpecStats", "Verifier", "check_same_vocab",
-    "plain_decode",
+    "VERIFY_MODES", "AdaptiveK", "Draft", "DraftModelDrafter", "DrafterOptions", "DraftVocabMismatchError",
+    "FRSpecRanksError", "MTPDrafter", "NgramDrafter", "NoMTPHeadError", "SpecDecoder", "SpecStats", "Verifier", "add_drafter_args",
+    "check_drafter_options", "check_same_vocab", "make_drafter", "plain_decode",
 ]

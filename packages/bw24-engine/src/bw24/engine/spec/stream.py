@@ -1,8 +1,8 @@
 """Speculative generation as the engine's event stream (what run-gen and the server consume): the same
 GenerationEvent / GenerationStats as Engine.generate, stop strings and EOS/EOT handled the same way.
 
-Server use (one request at a time): build the drafter once per engine (make_drafter in
-cli/run_spec.py shows how), then per request
+Server use (one request at a time): build the drafter once per engine (spec.options.make_drafter;
+bw24-server does this), then per request
     events = speculative_generate(engine, drafter, ids, params, max_tokens=..., stop=[...], k=4, adaptive=True)
 and fall back to engine.generate(...) while more than one request is active. logprobs are not
 produced by this path: a request asking for them must take engine.generate.

@@ -85,6 +85,20 @@ class StopMatcher:
         return out
 
 
+def step_text(tok: int, end_ids, matcher: StopMatcher, detokenizer, at_limit: bool) -> tuple[str | None, str]:
+    """(finish_reason, text delta) for one emitted token: an end-of-generation token flushes and stops,
+    a stop string stops, reaching max_tokens or the context stops with "length". Shared by plain and
+    speculative generation so both stream the same events."""
+    if tok in end_ids:
+        return "stop", matcher.flush(detokenizer.flush())
+    text, hit = matcher.push(detokenizer.add(tok))
+    if hit:
+        return "stop", text
+    if at_limit:
+        return "length", text + matcher.flush(detokenizer.flush())
+    return None, text
+
+
 def check_request(model: Transformer, prompt: Sequence[int], max_tokens: int, n_keep: int = 0) -> None:
     if len(prompt) == 0:
         raise EmptyPromptError("empty prompt: at least one token is needed")
@@ -153,15 +167,7 @@ def generate(
             if top_logprobs > 0:
                 best = np.argsort(-lps, kind="stable")[:top_logprobs]
                 top = tuple((int(i), float(lps[i])) for i in best)
-        finish = None
-        if tok in end_ids:
-            finish, text = "stop", matcher.flush(detokenizer.flush())
-        else:
-            text, hit = matcher.push(detokenizer.add(tok))
-            if hit:
-                finish = "stop"
-            elif n >= max_tokens or kv.n_past >= kv.n_ctx:
-                finish, text = "length", text + matcher.flush(detokenizer.flush())
+        finish, text = step_text(tok, end_ids, matcher, detokenizer, n >= max_tokens or kv.n_past >= kv.n_ctx)
         if finish:
             st.n_generated, st.decode_s, st.finish_reason = n, time.perf_counter() - t1, finish
         yield GenerationEvent(tok, text, lp, top, finish)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ..errors import BadInputError
-from ..generate import GenerationEvent, GenerationStats, StopMatcher, check_request
+from ..generate import GenerationEvent, GenerationStats, StopMatcher, check_request, step_text
 from ..sampling import SamplingParams
 from .runner import SpecDecoder
 
@@ -50,15 +50,7 @@ def _events(engine, dec, ids, params, max_tokens, stops, end_ids, st, det) -> It
         st.n_prompt, st.n_generated, st.prefill_s, st.decode_s = s.n_prompt, n, s.prefill_s, s.decode_s
         st.extra.update(seed=params.seed, acceptance=s.acceptance, tokens_per_round=s.tokens_per_round,
                         drafted=s.drafted, accepted=s.accepted, verify=dec.verifier.mode, drafter=dec.drafter.name)
-        finish = None
-        if t in end_ids:
-            finish, text = "stop", matcher.flush(det.flush())
-        else:
-            text, hit = matcher.push(det.add(t))
-            if hit:
-                finish = "stop"
-            elif n >= max_tokens or len(ids) + n >= engine.n_ctx:
-                finish, text = "length", text + matcher.flush(det.flush())
+        finish, text = step_text(t, end_ids, matcher, det, n >= max_tokens or len(ids) + n >= engine.n_ctx)
         if finish:
             st.finish_reason = finish
         yield GenerationEvent(t, text, None, None, finish)

@@ -189,9 +189,10 @@ class Transformer:
             raise TokenIdError(f"token id {int(bad[0])} outside the vocabulary [0, {self.cfg.n_vocab})")
         return a.astype(np.int32)
 
-    def feed(self, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+    def feed(self, ids: Sequence[int], all_logits: bool = False, hidden: list | None = None) -> np.ndarray:
         """Append tokens to the context in chunks of max_batch; host logits of the last token
-        ([1, V]) or of every token ([len(ids), V])."""
+        ([1, V]) or of every token ([len(ids), V]). With `hidden`, each chunk's final hidden rows
+        ([T, E], after the output norm) are appended to it (MTP drafting needs them)."""
         a = self.check_ids(ids)
         if a.size == 0:
             raise EmptyPromptError("no tokens to feed")
@@ -206,6 +207,8 @@ class Transformer:
             self.ops.copy_from_host(b.ids, chunk)
             last = s + T == a.size
             out = self.forward(T, last_only=not all_logits)
+            if hidden is not None:
+                hidden.append(self.ops.to_host(b.h))
             if all_logits or last:
                 rows.append(self.ops.to_host(out))
         return np.concatenate(rows, axis=0)

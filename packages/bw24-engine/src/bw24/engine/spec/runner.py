@@ -50,23 +50,11 @@ class SpecStats:
 
 
 def prefill(model, prompt: Sequence[int], want_hidden: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Last-row logits [1, V] of the prompt and, if asked, every row's hidden state [n, E]. The same
-    forward calls as Transformer.feed (chunks of max_batch), so the cache equals plain decode's."""
-    if not want_hidden:
-        return model.feed(list(prompt)), None
-    a = model.check_ids(prompt)
-    if model.kv.n_past + a.size > model.kv.n_ctx:
-        model.kv.reserve(a.size)  # raises ContextLimitError
-    hid, out = [], None
-    for s in range(0, a.size, model.max_batch):
-        chunk = a[s : s + model.max_batch]
-        T = chunk.size
-        model.kv.reserve(T)
-        b = model.buf.view(T)
-        model.ops.copy_from_host(b.ids, chunk)
-        out = model.forward(T, last_only=True)
-        hid.append(model.ops.to_host(b.h))
-    return model.ops.to_host(out), np.concatenate(hid, axis=0)
+    """Last-row logits [1, V] of the prompt and, if asked, every row's hidden state [n, E]: plain
+    Transformer.feed, so the cache equals plain decode's."""
+    hid: list | None = [] if want_hidden else None
+    logits = model.feed(list(prompt), hidden=hid)
+    return logits, (np.concatenate(hid, axis=0) if hid is not None else None)
 
 
 class SpecDecoder:

@@ -6,8 +6,12 @@ API key so the 401 cases are checked against the same server, and a 512-token co
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 import httpx
 import pytest
+import uvicorn
 from bw24.server.launch import free_port, start_server
 
 MODEL = "smollm2-135m"
@@ -24,6 +28,26 @@ def server():
 @pytest.fixture(scope="session")
 def port():
     return free_port
+
+
+@pytest.fixture(scope="session")
+def serve_in_thread():
+    """`with serve_in_thread(app) as url:` runs an app made in the test process (a custom loader, a
+    monkeypatched engine) on a free port in a uvicorn thread, stopping it afterwards."""
+
+    @contextmanager
+    def serve(app):
+        port = free_port()
+        srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        th = threading.Thread(target=srv.run, daemon=True)
+        th.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            srv.should_exit = True
+            th.join(20)
+
+    return serve
 
 
 @pytest.fixture(scope="session")

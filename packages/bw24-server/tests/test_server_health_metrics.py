@@ -8,7 +8,6 @@ import time
 
 import httpx
 import pytest
-import uvicorn
 from bw24.server.app import ServerConfig, create_app
 
 MODEL = "smollm2-135m"
@@ -20,7 +19,7 @@ def metric(text: str, name: str, labels: str = "") -> float:
     return float(m.group(1))
 
 
-def test_health_is_503_until_the_model_is_loaded(engine, port):
+def test_health_is_503_until_the_model_is_loaded(engine, serve_in_thread):
     # The real engine behind a loader that waits for a signal: the loading phase is observable.
     gate = threading.Event()
 
@@ -29,34 +28,28 @@ def test_health_is_503_until_the_model_is_loaded(engine, port):
         return engine
 
     app = create_app(ServerConfig(model=MODEL, backend="cpu"), loader=loader)
-    port = port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                r = httpx.get(url + "/health")
-                break
-            except httpx.TransportError:
+        with serve_in_thread(app) as url:
+            for _ in range(200):
+                try:
+                    r = httpx.get(url + "/health")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
+            r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 1})
+            assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+            gate.set()
+            for _ in range(100):
+                if httpx.get(url + "/health").status_code == 200:
+                    break
                 time.sleep(0.05)
-        assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
-        r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 1})
-        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
-        gate.set()
-        for _ in range(100):
-            if httpx.get(url + "/health").status_code == 200:
-                break
-            time.sleep(0.05)
-        assert httpx.get(url + "/health").json() == {"status": "ok", "model": MODEL, "backend": "cpu"}
-        r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 1,
-                                                      "temperature": 0})
-        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1
+            assert httpx.get(url + "/health").json() == {"status": "ok", "model": MODEL, "backend": "cpu"}
+            r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 1,
+                                                          "temperature": 0})
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1
     finally:
         gate.set()
-        srv.should_exit = True
-        th.join(20)
 
 
 def test_session_server_reported_loading_then_ready(server):

@@ -9,13 +9,11 @@ import asyncio
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from bw24.server.app import ServerConfig, create_app
 from bw24.server.launch import start_server
 
@@ -133,7 +131,7 @@ def test_spec_server_bad_drafter_exits_2_before_binding(case, tmp_path):
     assert "Uvicorn running" not in p.stderr  # refused before the port was bound
 
 
-def test_spec_server_canary_broken_verify_fails_exactness(engine, port, plain, monkeypatch):
+def test_spec_server_canary_broken_verify_fails_exactness(engine, serve_in_thread, plain, monkeypatch):
     """The same request and check against a server whose verify accepts every draft must not pass."""
     from bw24.engine.spec import DrafterOptions
     from bw24.engine.spec import verify as spec_verify
@@ -149,12 +147,7 @@ def test_spec_server_canary_broken_verify_fails_exactness(engine, port, plain, m
     monkeypatch.setattr(spec_verify.Verifier, "forward", rubber_stamp)
     app = create_app(ServerConfig(model=MODEL, backend="cpu", drafter=DrafterOptions(ngram=True), k=4),
                      loader=lambda: engine)
-    port = port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
+    with serve_in_thread(app) as url:
         for _ in range(400):
             try:
                 if httpx.get(url + "/health").status_code == 200:
@@ -166,6 +159,3 @@ def test_spec_server_canary_broken_verify_fails_exactness(engine, port, plain, m
         assert r.status_code == 200, r.text
         assert r.json()["system_fingerprint"] == "bw24-cpu+spec-ngram"
         assert not exact(r.json()["choices"][0]["text"], plain)
-    finally:
-        srv.should_exit = True
-        th.join(20)

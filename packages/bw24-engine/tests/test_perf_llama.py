@@ -10,7 +10,7 @@ import pytest
 from bw24.engine.perf.cells import Cell
 from bw24.engine.perf.errors import LlamaBenchError
 from bw24.engine.perf.llama import LlamaBench, llama_bench_args, parse_llama_bench_json
-from bw24.engine.perf.runner import interleave
+from bw24.engine.perf.runner import interleave, interleave_blocks
 
 DEC = Cell("qwen3-8b", "q4_k_m", "decode", depth=4096, tokens=128)
 PRE = Cell("qwen3-8b", "q4_k_m", "prefill", depth=0, tokens=512)
@@ -49,8 +49,9 @@ open({str(log)!r}, "a").write(" ".join(a) + "\\n")
 get = lambda f: int(a[a.index(f) + 1])
 n = sum(1 for _ in open({str(log)!r}))
 print("load_backend: fake", file=sys.stderr)
+ts = [100.0 + n + i / 10 for i in range(get("-r"))]
 print(json.dumps([{{"build_commit": "fake123", "gpu_info": "Fake GPU", "n_prompt": get("-p"), "n_gen": get("-n"),
-                   "n_depth": get("-d"), "avg_ts": 100.0 + n, "samples_ts": [100.0 + n]}}]))
+                   "n_depth": get("-d"), "avg_ts": sum(ts) / len(ts), "samples_ts": ts}}]))
 sys.exit({rc})
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -86,3 +87,34 @@ def test_failing_llama_bench_is_a_typed_error(tmp_path):
         LlamaBench(script, tmp_path / "m.gguf", DEC).rep()
     with pytest.raises(LlamaBenchError, match="not a file"):
         LlamaBench(tmp_path / "missing", tmp_path / "m.gguf", DEC)
+
+
+def test_blocks_run_one_llama_process_per_block(tmp_path):
+    """--llama-block 3 with 5 reps: A A A, then llama-bench -r 3 (3 samples), A A, then -r 2."""
+    script, log = fake_llama_bench(tmp_path)
+    lb = LlamaBench(script, tmp_path / "m.gguf", DEC)
+    events: list[str] = []
+
+    def a():
+        events.append("A")
+        return 300.0
+
+    def b(n):
+        events.append(f"B{n}")
+        return lb.samples(n)
+
+    ours, theirs = interleave_blocks(a, b, 5, 3)
+    assert events == ["A", "A", "A", "B3", "A", "A", "B2"]
+    assert ours == [300.0] * 5 and theirs == [101.0, 101.1, 101.2, 102.0, 102.1]
+    assert [c.split(" -r ")[1] for c in log.read_text().splitlines()] == ["3 -o json", "2 -o json"]
+    with pytest.raises(ValueError, match="block 0"):
+        interleave_blocks(a, b, 5, 0)
+
+
+def test_block_without_enough_samples_is_a_typed_error(tmp_path):
+    script = tmp_path / "llama-bench"
+    script.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps([{{'n_prompt': 0, 'n_gen': 128, "
+                      "'n_depth': 4096, 'avg_ts': 1.0, 'samples_ts': [1.0]}]))\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(LlamaBenchError, match="3 numeric samples_ts"):
+        LlamaBench(script, tmp_path / "m.gguf", DEC).samples(3)

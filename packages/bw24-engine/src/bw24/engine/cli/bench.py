@@ -22,6 +22,9 @@ def register(sub) -> None:
     p.add_argument("--cache-dir", default=None, help="synthetic GGUF cache (default: $BW24_BENCH_CACHE or .cache/bw24-bench)")
     p.add_argument("--vs-llama", default=None, metavar="LLAMA_BENCH", help="llama-bench binary to interleave with")
     p.add_argument("--llama-arg", action="append", default=[], help="extra llama-bench argument (repeatable)")
+    p.add_argument("--llama-block", type=int, default=1, metavar="N",
+                   help="bw24 and llama-bench alternate in blocks of N reps, llama-bench running -r N in one "
+                        "process (default 1: A B A B, one llama-bench process per rep)")
     p.add_argument("--table", action="store_true", help="print the README table from --perf-file and exit")
     p.add_argument("--write", default=None, metavar="README.md", help="with --table: replace the marked section")
     p.add_argument("--device", default=None, help="with --table: only this device's rows")
@@ -64,10 +67,12 @@ def _bench(args) -> int:
     from ..perf.llama import LlamaBench
     from ..perf.models import cache_dir, model_path
     from ..perf.roofline import current_ceiling
-    from ..perf.runner import CellBench, interleave
+    from ..perf.runner import CellBench, interleave_blocks
 
     if args.reps < 5:
         raise BadInputError(f"--reps {args.reps}: the median needs at least 5 repetitions")
+    if args.llama_block < 1:
+        raise BadInputError(f"--llama-block {args.llama_block} (must be >= 1)")
     cells = select_cells(load_cells(args.cells_file), args.cells)
     history = read_rows(args.perf_file)
     ceiling = current_ceiling(args.backend)
@@ -82,7 +87,7 @@ def _bench(args) -> int:
         llama = None
         if args.vs_llama and cell.mode != "spec":
             llama = LlamaBench(args.vs_llama, path, cell, tuple(args.llama_arg))
-        ours, theirs = interleave(bench.rep, llama.rep if llama else None, args.reps)
+        ours, theirs = interleave_blocks(bench.rep, llama.samples if llama else None, args.reps, args.llama_block)
         res = bench.result(ours, ceiling)
         row = make_row(res, env=env, roofline_bps=ceiling.read_bytes_per_s, roofline_note=ceiling.note,
                        llama=theirs or None, llama_info=llama.info if llama else None)

@@ -67,7 +67,12 @@ class LlamaBench:
             raise LlamaBenchError(f"--vs-llama: {self.binary} is not a file (build llama-bench first)")
 
     def rep(self) -> float:
-        cmd = llama_bench_args(self.binary, self.gguf, self.cell, 1, self.extra)
+        return self.samples(1)[0]
+
+    def samples(self, n: int) -> list[float]:
+        """n timed repetitions in one llama-bench process (-r n): its per-rep tok/s (samples_ts).
+        One process per block saves a model load per rep (seconds for a 32B GGUF)."""
+        cmd = llama_bench_args(self.binary, self.gguf, self.cell, n, self.extra)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -76,4 +81,9 @@ class LlamaBench:
             raise LlamaBenchError(f"llama-bench exited {p.returncode}: {p.stderr.strip()[-400:]}")
         t = parse_llama_bench_json(p.stdout, self.cell)
         self.info = {k: t.get(k) for k in ("build_commit", "build_number", "gpu_info", "backends", "model_size")}
-        return float(t["avg_ts"])
+        if n == 1:
+            return [float(t["avg_ts"])]
+        ts = t.get("samples_ts")
+        if not isinstance(ts, list) or len(ts) != n or not all(isinstance(v, int | float) for v in ts):
+            raise LlamaBenchError(f"llama-bench test for {self.cell.id} has no {n} numeric samples_ts")
+        return [float(v) for v in ts]

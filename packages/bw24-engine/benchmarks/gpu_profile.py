@@ -1,0 +1,143 @@
+"""Per-kernel time of one replayed decode step (and one prefill chunk), measured on the device.
+
+python packages/bw24-engine/benchmarks/gpu_profile.py OUTDIR PRESET[:QUANT[:DEPTH]] ...
+
+Kernel durations come from CUPTI through torch.profiler (it sees every kernel of the process,
+CuPy's and graph-replayed ones included). Per kernel name: launches per token, device µs per
+token, share of the step; the step's wall time per token next to the sum of kernel time shows
+what launch gaps cost. Synthetic presets are written with bw24-gguf's synth into /tmp/bw24-models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+CACHE = Path(os.environ.get("BW24_MODEL_CACHE", "/tmp/bw24-models"))
+STEPS = 32
+
+
+def model_file(preset: str, quant: str) -> Path:
+    if Path(preset).is_file():
+        return Path(preset)
+    from bw24.gguf.synth import synth
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    p = CACHE / f"{preset}-{quant}.gguf"
+    if not p.exists():
+        synth(preset, p, mix=quant, seed=0)
+    return p
+
+
+def kernel_table(run_n, n_tokens: int) -> tuple[list[tuple[str, float, float]], float]:
+    """[(kernel name, launches/token, µs/token)] sorted by time, and wall µs/token."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        run_n()
+        wall = (time.perf_counter() - t0) * 1e6 / n_tokens
+    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and getattr(e, "device_time", 0) > 0:
+            a = agg[e.name[:90]]
+            a[0] += 1
+            a[1] += e.device_time
+    rows = sorted(((k, v[0] / n_tokens, v[1] / n_tokens) for k, v in agg.items()), key=lambda r: -r[2])
+    return rows, wall
+
+
+def profile_model(spec: str, out: Path, summary: list[str]) -> None:
+    from bw24.engine import Engine
+    from bw24.engine.graph import decode_step
+    from bw24.engine.sampling import SamplingParams
+
+    parts = spec.split(":")
+    preset, quant, depth = parts[0], parts[1] if len(parts) > 1 else "q4_k_m", int(parts[2]) if len(parts) > 2 else 64
+    path = model_file(preset, quant)
+    eng = Engine.load(path, backend="cuda", n_ctx=max(4096, depth + 256) + 256, max_batch=512, progress=False)
+    m, ops = eng.model, eng.ops
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(10, m.cfg.n_vocab - 10, size=max(depth, 1)).tolist()
+    m.kv.reset()
+    m.feed(prompt)
+    params = SamplingParams()
+    ops.sample(m.buf.logits[0], params, m.kv.pos, out=m.buf.view(1).ids)
+    run = ops.capture(decode_step(m, params))
+    for _ in range(4):
+        m.kv.reserve(1)
+        run()
+    ops.synchronize()
+
+    def decode_n():
+        for _ in range(STEPS):
+            m.kv.reserve(1)
+            run()
+        ops.synchronize()
+
+    t0 = time.perf_counter()
+    decode_n()
+    plain_us = (time.perf_counter() - t0) * 1e6 / STEPS
+    rows, wall = kernel_table(decode_n, STEPS)
+    name = f"{preset}-{quant}_d{depth}"
+    lines = [f"## decode {name}: {plain_us:.1f} us/token unprofiled ({1e6 / plain_us:.0f} tok/s), "
+             f"{wall:.1f} us/token under the profiler; kernels {sum(r[1] for r in rows):.0f}/token, "
+             f"kernel time {sum(r[2] for r in rows):.1f} us/token"]
+    lines += [f"{r[2]:9.1f} us {r[1]:6.1f}x  {r[0]}" for r in rows[:40]]
+
+    # one prefill chunk of 512 tokens
+    T = 512
+    ids = rng.integers(10, m.cfg.n_vocab - 10, size=T).tolist()
+
+    def prefill():
+        m.kv.reset()
+        m.feed(ids)
+        ops.synchronize()
+
+    prefill()
+    t0 = time.perf_counter()
+    prefill()
+    pp_s = time.perf_counter() - t0
+    prow, pwall = kernel_table(prefill, 1)
+    lines.append(f"## prefill {name} pp{T}: {pp_s * 1e3:.1f} ms ({T / pp_s:.0f} tok/s); kernel time "
+                 f"{sum(r[2] for r in prow) / 1e3:.1f} ms")
+    lines += [f"{r[2]:9.1f} us {r[1]:6.0f}x  {r[0]}" for r in prow[:25]]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    (out / f"profile_{name}.txt").write_text(text + "\n")
+    summary.append(f"{name}: decode {1e6 / plain_us:.0f} tok/s, kernel {sum(r[2] for r in rows):.0f} us/tok of "
+                   f"{plain_us:.0f}; pp512 {T / pp_s:.0f} tok/s")
+    (out / f"profile_{name}.json").write_text(json.dumps({"decode": rows, "prefill": prow, "decode_us": plain_us,
+                                                          "pp_s": pp_s}))
+    del eng, m
+    import cupy as cp
+
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    summary: list[str] = []
+    for spec in sys.argv[2:]:
+        try:
+            profile_model(spec, out, summary)
+        except Exception as e:  # keep going: one failing model must not lose the others' numbers
+            import traceback
+
+            traceback.print_exc()
+            summary.append(f"{spec}: FAILED {type(e).__name__}: {e}")
+    print("\n".join(["== summary =="] + summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,8 +1,11 @@
-"""GPU: greedy speculative decoding on the cuda backend is token-identical to the cuda engine's plain
-decode for K = 1..8 (n-gram and MTP drafters, synthetic qwen3 model). Skipped, saying so, without a GPU."""
+"""GPU: greedy speculative decoding on the cuda backend (graphs on) is token-identical to the cuda
+engine's plain decode for K = 1..8: n-gram, MTP and draft-model drafters on a synthetic qwen3 model,
+through the fast path (verify graphs per T, device argmax) and the host path. Skipped, saying so,
+without a GPU."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from bw24.runtime import has_gpu, no_gpu_reason
 
@@ -11,21 +14,52 @@ if not has_gpu():
 
 from bw24.engine import Engine  # noqa: E402
 from bw24.engine.graph import greedy_decode  # noqa: E402
-from bw24.engine.spec import MTPDrafter, NgramDrafter, SpecDecoder  # noqa: E402
+from bw24.engine.spec import DraftModelDrafter, MTPDrafter, NgramDrafter, SpecDecoder  # noqa: E402
+from bw24.engine.spec.device import DeviceIO  # noqa: E402
 from bw24.gguf.synth import synth  # noqa: E402
+
+PROMPT = "def f(x):\n    return x + 1\n\ndef f(x):\n    return"
 
 
 @pytest.fixture(scope="module")
-def eng(tmp_path_factory):
+def engines(tmp_path_factory):
     p = tmp_path_factory.mktemp("spec_gpu") / "qwen3-tiny-mtp.gguf"
     synth("qwen3-tiny", p, mix="q4_k_m", seed=1, mtp=1)
-    return Engine.load(p, backend="cuda", n_ctx=512, progress=False)
+    load = lambda: Engine.load(p, backend="cuda", n_ctx=512, progress=False)  # noqa: E731
+    eng, same = load(), load()
+    assert eng.ops.use_graphs, "graphs must be on for this test"
+    return eng, same
 
 
 @pytest.mark.parametrize("k", range(1, 9))
-def test_spec_cuda_greedy_identical(eng, k):
-    ids = eng.tokenizer.encode("def f(x):\n    return x + 1\n\ndef f(x):\n    return", add_special=True)
+def test_spec_cuda_greedy_identical(engines, k):
+    eng, same = engines
+    ids = eng.tokenizer.encode(PROMPT, add_special=True)
     ref = greedy_decode(eng.model, ids, 48)
-    for d in (NgramDrafter(), MTPDrafter(eng.model, eng.gguf)):
-        dec = SpecDecoder(eng.model, d, k=k)
-        assert list(dec.generate(ids, 48)) == ref, f"{d.name} K={k}"
+    for d in (NgramDrafter(), MTPDrafter(eng.model, eng.gguf), DraftModelDrafter(same.model)):
+        for device in (True, False):
+            # batched verify: the claim under test is the kernels' (the gate catches a divergence)
+            dec = SpecDecoder(eng.model, d, k=k, verify="batched", device=device)
+            for rep in range(2):  # the second run replays the captured verify graphs
+                got = list(dec.generate(ids, 48))
+                assert got == ref, f"{d.name} K={k} device={device} run {rep}: first divergence at " \
+                    f"{next((i for i, (a, b) in enumerate(zip(got, ref, strict=False)) if a != b), min(len(got), len(ref)))}"
+            if device:
+                assert dec._fast is not None and dec._fast.graphs.runs, "the fast path did not run"
+        if d.name == "draft":
+            assert dec.stats.acceptance == 1.0, "draft = target must accept every draft"
+
+
+def test_spec_cuda_verify_argmax_kernel_matches_numpy(engines):
+    eng, _ = engines
+    rng = np.random.default_rng(0)
+    io = DeviceIO(eng.ops)
+    for T, V in ((1, 7), (5, 1000), (9, 151936)):
+        lg = rng.integers(-3, 4, size=(T, V)).astype(np.float32)  # many ties: lowest index must win
+        ids = rng.integers(0, V, T).astype(np.int32)
+        d_lg, d_ids, d_out = eng.ops.zeros((T, V)), eng.ops.zeros((T,), np.int32), eng.ops.zeros((2 * T,), np.int32)
+        eng.ops.copy_from_host(d_lg, lg)
+        eng.ops.copy_from_host(d_ids, ids)
+        io.argmax_rows(d_lg, d_ids, d_out)
+        got = eng.ops.to_host(d_out)
+        assert got[:T].tolist() == np.argmax(lg, axis=1).tolist() and got[T:].tolist() == ids.tolist()

@@ -148,13 +148,12 @@ class CellBench:
 
     # ---- speculative ----------------------------------------------------------------------------
     def _spec_setup(self) -> None:
-        from ..engine import Engine
         from ..spec import DraftModelDrafter, NgramDrafter, SpecDecoder
+        from ..spec.draft_model import twin_model
 
         c = self.cell
-        if c.drafter == "self":
-            self._draft = Engine.load(self.path, backend=self.backend, n_ctx=self.eng.n_ctx, progress=False)
-            drafter = DraftModelDrafter(self._draft.model)
+        if c.drafter == "self":  # draft = target: the same weights, its own KV (one upload, one stream)
+            drafter = DraftModelDrafter(twin_model(self.model))
         else:
             drafter = NgramDrafter()
         self.dec = SpecDecoder(self.model, drafter, k=c.k)

@@ -29,6 +29,19 @@ def check_same_vocab(target_gguf, target_cfg, draft_gguf, draft_cfg) -> None:
             f"{got[0]} in the target and {got[1]} in the draft ({len(ta)} vs {len(tb)} tokens)")
 
 
+def twin_model(m):
+    """The same model (shared weights and ops: one upload, one stream) with its own KV cache and
+    buffers, for the draft = target measurement without loading the weights twice."""
+    from ..kv_cache import KVCache
+    from ..models.common import Buffers
+
+    c, t = m.cfg, type(m).__new__(type(m))
+    t.cfg, t.ops, t.max_batch, t.w = c, m.ops, m.max_batch, m.w
+    t.kv = KVCache(m.ops, c.n_layer, c.n_head_kv, c.head_dim, c.head_dim_v, m.kv.n_ctx)
+    t.buf = Buffers(m.ops, c, m.max_batch)
+    return t
+
+
 class DraftModelDrafter:
     name = "draft"
     needs_hidden = False
@@ -37,12 +50,20 @@ class DraftModelDrafter:
         self.model = model
         self.cached: list[int] = []  # tokens in the draft's KV cache (a prefix of the context)
         self.ids = None
+        self._dev = None  # (DeviceIO, GraphsByT of the draft's decode step) for propose_into
+        self._fed = 0  # drafts of the last propose_into fed to the draft (known on the host later)
+        self.steps = 0  # T = 1 draft forwards so far (benchmarks: draft cost per round)
         if frspec_ids is not None:  # FR-Spec: the head reads only the kept rows
             name = "token_embd.weight" if model.cfg.tie_embeddings else "output.weight"
             head = model.ops.load_weight(trimmed_rows(gguf.tensor(name), frspec_ids))
             self.ids = frspec_ids
             model.ops = TrimmedHeadOps(model.ops, head, frspec_ids, model.max_batch)
             self.name = f"draft+frspec{frspec_ids.size}"
+
+    @property
+    def on_device(self) -> bool:
+        """propose_into is exact only with the full head (a trimmed head's argmax runs on the host)."""
+        return self.ids is None
 
     def _row(self, out: np.ndarray) -> np.ndarray:
         """Host logits [V] of the last fed token (trimmed heads: -inf outside the kept ids)."""
@@ -75,6 +96,7 @@ class DraftModelDrafter:
         for t in ctx[len(self.cached):]:
             out = m.feed([t])
             self.cached.append(t)
+            self.steps += 1
         counts = context_counts(ctx, m.cfg.n_vocab, params)
         toks, qs = [], []
         for i in range(k):
@@ -86,4 +108,46 @@ class DraftModelDrafter:
             if i < k - 1:
                 out = m.feed([tok])
                 self.cached.append(tok)
+                self.steps += 1
         return Draft(toks, None if qs[0] is None else qs)
+
+    # ---- the greedy fast path (fast.py) -------------------------------------------------------
+    def propose_into(self, ctx, k, io, dst_ids) -> int:
+        """Greedy drafts written to dst_ids[1 : 1 + k] (the target's verify ids) without host reads:
+        each catch-up token is one T = 1 replay of the draft's decode graph (forward + argmax into its
+        own token buffer, exactly plain decode's step), each draft token feeds the next replay on the
+        device and is copied device-to-device to the target; the target's stream is ordered after."""
+        from ..graph import decode_step
+        from ..sampling import SamplingParams
+        from .device import DeviceIO, GraphsByT
+
+        m = self.model
+        k = min(k, m.kv.n_ctx - len(ctx) + 1)
+        if k <= 0:
+            return 0
+        if self._dev is None:
+            dio = DeviceIO(m.ops)
+            step = decode_step(m, SamplingParams())
+            self._dev = (dio, GraphsByT(dio.ops, lambda T: step, dio.signature))
+        dio, run = self._dev
+        tok = m.buf.view(1).ids  # the step's input and output (int32 [1])
+        for t in ctx[len(self.cached):]:  # catch-up, never batched (draft = target stays exact)
+            dio.write(tok, [t])
+            m.kv.reserve(1)
+            run(1)
+            self.cached.append(t)
+            self.steps += 1
+        for i in range(k):
+            dio.copy_int(dst_ids[i + 1: i + 2], tok)
+            if i < k - 1:
+                m.kv.reserve(1)
+                run(1)
+        self._fed = k - 1
+        self.steps += k - 1
+        io.order_after(dio)
+        return k
+
+    def note_drafts(self, drafts) -> None:
+        """The round's drafts, read back with the verify: the first k - 1 were fed to the draft."""
+        self.cached.extend(int(t) for t in drafts[: self._fed])
+        self._fed = 0

@@ -17,6 +17,7 @@ turns the embedding step into the eh_proj combination above, and whose output no
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -54,6 +55,7 @@ class _NextNInputOps:
 class MTPDrafter:
     name = "mtp"
     needs_hidden = True
+    on_device = True  # propose_into: drafts chained on the device
 
     def __init__(self, target, gguf, *, head_index: int = 0):
         cfg, ops = target.cfg, target.ops
@@ -89,22 +91,27 @@ class MTPDrafter:
         self.pending = np.concatenate([self.pending, np.asarray(hidden, np.float32)], axis=0)
         self.head.kv.reset(len(ctx) - 1 - self.pending.shape[0])  # keep entries built from true rows
 
-    def _run(self, ids, h_rows, normed: bool) -> np.ndarray:
-        """Feed T pairs (token, hidden) at the head's kv.pos; host logits of the last row."""
+    def _run(self, ids, h_rows, normed: bool, host: bool = True):
+        """Feed T pairs (token, hidden) at the head's kv.pos; host logits of the last row, or (host
+        False) the device row [1, V]. ids None: the token is already in the head's ids[0] (T = 1)."""
         m, o = self.head, self.ops
-        T = len(ids)
+        T = 1 if ids is None else len(ids)
         m.kv.reserve(T)
         b = m.buf.view(T)
-        o.copy_from_host(b.ids, np.asarray(ids, np.int32))
+        if ids is not None:
+            o.copy_from_host(b.ids, np.asarray(ids, np.int32))
         hbuf = m.ops.h[:T]
-        if isinstance(h_rows, np.ndarray):
-            o.copy_from_host(hbuf, h_rows)
-        else:
-            hbuf[...] = h_rows
-        if not normed:  # the target's rows: apply its output norm (h_i after the final norm)
-            o.rmsnorm(hbuf, self.out_norm, self.cfg.rms_eps, out=hbuf)
-        out = m.forward(T, last_only=True)
-        return o.to_host(out)[-1]
+        # cuda: array assignments here and in _NextNInputOps.embed must run on the ops' stream (a
+        # non-blocking stream does not order with CuPy's default one)
+        with o.stream if getattr(o, "name", "") == "cuda" else nullcontext():
+            if isinstance(h_rows, np.ndarray):
+                o.copy_from_host(hbuf, h_rows)
+            else:
+                hbuf[...] = h_rows
+            if not normed:  # the target's rows: apply its output norm (h_i after the final norm)
+                o.rmsnorm(hbuf, self.out_norm, self.cfg.rms_eps, out=hbuf)
+            out = m.forward(T, last_only=True)
+        return o.to_host(out)[-1] if host else out
 
     def propose(self, ctx, k, params=None, hidden=None) -> Draft:
         m = self.head
@@ -132,3 +139,34 @@ class MTPDrafter:
                 row = self._run([tok], m.buf.h[last - 1 : last], normed=True)
                 last = 1
         return Draft(toks, None if qs[0] is None else qs)
+
+    def propose_into(self, ctx, k, io, dst_ids) -> int:
+        """Greedy drafts to dst_ids[1 : 1 + k] with no host read: the pending target rows are fed
+        (one batch, host rows in), each step's argmax is written on the device into the head's ids[0]
+        (the next chained step's token) and copied to the target's verify ids. Same stream as the
+        target (the head shares its ops), so no cross-stream ordering is needed."""
+        from ..sampling import SamplingParams
+        from .device import DeviceIO
+
+        m = self.head
+        P = self.pending.shape[0]
+        c = m.kv.n_past
+        if c + P != len(ctx) - 1 or P == 0:
+            raise RuntimeError(f"MTP drafter out of step: {c} cached + {P} pending for a context of {len(ctx)}")
+        k = min(k, m.kv.n_ctx - len(ctx) + 1)
+        if k <= 0:
+            return 0
+        dio, greedy, tok = DeviceIO(self.ops), SamplingParams(), m.buf.view(1).ids
+        for s in range(0, P, m.max_batch):
+            e = min(P, s + m.max_batch)
+            row = self._run(ctx[c + 1 + s: c + 1 + e], self.pending[s:e], normed=False, host=False)
+            last = e - s
+        self.pending = self.pending[:0]
+        for i in range(k):
+            self.ops.sample(row[0], greedy, m.kv.pos, out=tok)  # argmax (lowest index), as pick()
+            dio.copy_int(dst_ids[i + 1: i + 2], tok)
+            if i < k - 1:
+                row = self._run(None, m.buf.h[last - 1: last], normed=True, host=False)
+                last = 1
+        io.order_after(dio)
+        return k

@@ -12,6 +12,7 @@ from .base import Draft
 class NgramDrafter:
     name = "ngram"
     needs_hidden = False
+    on_device = True  # host lookup; the fast path writes its drafts in one copy
 
     def __init__(self, max_n: int = 4, min_n: int = 1):
         if not 1 <= min_n <= max_n:

@@ -19,6 +19,8 @@ from ..errors import BadInputError
 from ..generate import check_request
 from ..sampling import SamplingParams, sample
 from .base import Draft
+from .device import FastVerifier, base_ops
+from .fast import drafter_on_device, fast_rounds
 from .rejection import accept_sampled, target_probs
 from .verify import AdaptiveK, Verifier, greedy_accept
 
@@ -61,13 +63,40 @@ class SpecDecoder:
     """Speculative generation on `model` (a Transformer) with `drafter` (spec.base.Drafter)."""
 
     def __init__(self, model, drafter, *, k: int = 4, adaptive: bool = False, verify: str = "auto",
-                 k_max: int = K_MAX):
-        self.model, self.drafter = model, drafter
+                 k_max: int = K_MAX, device: bool | None = None):
+        """device: the greedy fast path (fast.py) on/off; None = on where it pays (a cuda backend with
+        a batched verify), True forces it (CPU tests), False keeps the host path."""
+        self.model, self.drafter, self.device = model, drafter, device
+        self._fast: FastVerifier | None = None
         self.k = AdaptiveK(k, k_max, adaptive)
         self.verifier = Verifier(model, verify, want_hidden=drafter.needs_hidden)
         if self.k.k_max + 1 > model.max_batch:
             raise BadInputError(f"K up to {self.k.k_max} needs max_batch >= {self.k.k_max + 1}")
         self.stats = SpecStats()
+
+    def use_fast(self, params: SamplingParams) -> bool:
+        """Greedy without penalties, a drafter that can write its drafts, and a verify that can be
+        replayed: batched, or anything on a backend that runs eagerly (no graph to capture)."""
+        if self.device is False or not params.greedy or params.has_penalties or not drafter_on_device(self.drafter):
+            return False
+        ops = base_ops(self.model.ops)
+        replayable = not self.verifier.rowwise or getattr(ops, "name", "") != "cuda" or not ops.use_graphs
+        if self.device is None:
+            return replayable and getattr(ops, "name", "") == "cuda" and not self.verifier.rowwise
+        return replayable
+
+    @property
+    def fast(self) -> FastVerifier:
+        if self._fast is None:
+            # A batched verify's graphs per T live on the model, so later decoders (one per server
+            # request, per run-spec K) replay them instead of capturing again.
+            shared = None if self.verifier.rowwise else getattr(self.model, "_spec_fast", None)
+            if shared is None:
+                shared = FastVerifier(self.model, self.verifier._ops_swapped)
+                if not self.verifier.rowwise:
+                    self.model._spec_fast = shared
+            self._fast = shared
+        return self._fast
 
     def _targets_greedy(self, rows: np.ndarray, ctx: list[int], drafts: list[int], params, counts) -> list[int]:
         """The target's token after each row, computed up to the first disagreement with the drafts."""
@@ -106,6 +135,9 @@ class SpecDecoder:
         if first in stop or n == 1 or len(ctx) > m.kv.n_ctx:
             return
         d.begin(prompt, hidden)
+        if self.use_fast(params):
+            yield from fast_rounds(self, ctx, n, stop, lambda: time.perf_counter() - t1)
+            return
 
         while st.n_generated < n and len(ctx) <= m.kv.n_ctx:
             k = min(self.k.k, n - st.n_generated - 1, m.kv.n_ctx - len(ctx))

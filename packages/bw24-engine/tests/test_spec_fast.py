@@ -1,0 +1,172 @@
+"""The greedy fast path (spec/fast.py, spec/device.py) on the CPU: token-identical to plain decode for
+K = 1..8 and every device drafter, draft = target accepts everything, a broken verify is caught, and
+the verify-graphs-by-T bookkeeping (capture once per T, replay after, rebuild when scratch moves)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bw24.engine import Engine
+from bw24.engine.graph import greedy_decode
+from bw24.engine.spec import DraftModelDrafter, MTPDrafter, NgramDrafter, SpecDecoder
+from bw24.engine.spec.device import DeviceIO, GraphsByT
+from bw24.engine.spec.fast import drafter_on_device
+from bw24.gguf.synth import synth
+
+N = 24
+FIRST = [300]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec_fast")
+    synth("qwen3-tiny", d / "target.gguf", mix="q8_0", seed=1, mtp=1)
+    synth("qwen3-tiny", d / "draft.gguf", mix="q8_0", seed=2, n_layer=1)
+    load = lambda n: Engine.load(d / n, backend="cpu", n_ctx=256, progress=False)  # noqa: E731
+    return dict(target=load("target.gguf"), draft=load("draft.gguf"), same=load("target.gguf"))
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    return greedy_decode(models["target"].model, FIRST, N)
+
+
+def _drafters(models):
+    return [NgramDrafter(), DraftModelDrafter(models["draft"].model),
+            MTPDrafter(models["target"].model, models["target"].gguf)]
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_spec_fast_greedy_identical_all_drafters(models, reference, k):
+    for d in _drafters(models):
+        dec = SpecDecoder(models["target"].model, d, k=k, device=True)
+        got = list(dec.generate(FIRST, N))
+        assert dec._fast is not None, f"{d.name}: the fast path was not taken"
+        assert got == reference, f"{d.name} K={k}"
+        assert dec.stats.rounds > 0 and dec.stats.drafted >= dec.stats.accepted
+
+
+@pytest.mark.parametrize("k", (1, 4, 8))
+def test_spec_fast_draft_equal_target_accepts_everything(models, reference, k):
+    dec = SpecDecoder(models["target"].model, DraftModelDrafter(models["same"].model), k=k, device=True)
+    assert list(dec.generate(FIRST, N)) == reference
+    assert dec.stats.acceptance == 1.0, dec.stats
+
+
+def test_spec_fast_matches_host_path_stats(models):
+    """Same drafts, same acceptance as the host loop (the fast path changes where, not what)."""
+    runs = []
+    for dev in (False, True):
+        dec = SpecDecoder(models["target"].model, DraftModelDrafter(models["draft"].model), k=3, device=dev)
+        toks = list(dec.generate(FIRST, N))
+        runs.append((toks, dec.stats.drafted, dec.stats.accepted, dec.stats.rounds))
+    assert runs[0] == runs[1]
+
+
+def test_spec_fast_not_taken_for_sampling_or_penalties(models):
+    from bw24.engine import SamplingParams
+
+    dec = SpecDecoder(models["target"].model, NgramDrafter(), k=2, device=True)
+    assert dec.use_fast(SamplingParams().resolved())
+    assert not dec.use_fast(SamplingParams(temperature=0.8, seed=1).resolved())
+    assert not dec.use_fast(SamplingParams(repetition_penalty=1.3).resolved())
+    # auto on the CPU: the host path (the fast loop pays only with device graphs)
+    assert not SpecDecoder(models["target"].model, NgramDrafter(), k=2).use_fast(SamplingParams().resolved())
+
+
+def test_spec_fast_broken_verify_diverges(models, reference, monkeypatch):
+    """Canary: a verify whose argmax is off by one in one row must change the output."""
+    orig = DeviceIO.argmax_rows
+
+    def broken(self, logits, ids, out):
+        orig(self, logits, ids, out)
+        T = logits.shape[0]
+        if T > 1:
+            out[T - 1] = (int(out[T - 1]) + 1) % logits.shape[1]
+
+    monkeypatch.setattr(DeviceIO, "argmax_rows", broken)
+    dec = SpecDecoder(models["target"].model, DraftModelDrafter(models["same"].model), k=3, device=True)
+    assert list(dec.generate(FIRST, N)) != reference
+
+
+def test_spec_device_argmax_lowest_index_of_ties():
+    from bw24.engine.ops.ref import RefOps
+
+    io = DeviceIO(RefOps())
+    lg = np.array([[1, 5, 5, 2], [7, 0, 7, 7], [-1, -3, -1, -2]], np.float32)
+    out = np.zeros(6, np.int32)
+    io.argmax_rows(lg, np.array([9, 8, 7], np.int32), out)
+    assert out.tolist() == [1, 0, 0, 9, 8, 7]
+
+
+class _FakeOps:
+    """capture() like CudaOps: first call eager, second captures, later calls replay."""
+
+    def __init__(self):
+        self.captures, self.replays, self.eager = 0, 0, 0
+
+    def capture(self, step):
+        state = {"n": 0}
+
+        def run():
+            state["n"] += 1
+            if state["n"] == 1:
+                self.eager += 1
+                step()
+            elif state["n"] == 2:
+                self.captures += 1
+            else:
+                self.replays += 1
+
+        return run
+
+
+def test_spec_graphs_by_t_capture_once_per_t_and_rebuild_on_scratch_move():
+    ops, made, sig = _FakeOps(), [], [0]
+    g = GraphsByT(ops, lambda T: made.append(T) or (lambda: None), lambda: sig[0])
+    for T in (2, 2, 2, 2, 5, 5, 5, 2):
+        g(T)
+    assert made == [2, 5] and ops.eager == 2 and ops.captures == 2 and ops.replays == 4
+    sig[0] = 1  # scratch reallocated by someone else (e.g. a long prefill)
+    g(2)
+    assert made == [2, 5, 2] and g.rebuilds == 1 and ops.eager == 3
+    g(5)
+    assert made == [2, 5, 2, 5]
+
+
+def test_spec_graphs_by_t_eager_growth_keeps_only_that_t():
+    ops, sig = _FakeOps(), [0]
+    made = []
+
+    def make(T):
+        made.append(T)
+
+        def step():
+            if T == 9:
+                sig[0] = 1  # the first T = 9 call grows the attention scratch
+        return step
+
+    g = GraphsByT(ops, make, lambda: sig[0])
+    g(2)
+    g(2)  # T = 2 captured with the old scratch
+    g(9)  # eager; the scratch moved: T = 2's graph is stale now
+    g(2)
+    assert made == [2, 9, 2], "T = 2 must be rebuilt after T = 9 grew the scratch"
+    g(9)
+    assert made == [2, 9, 2] and ops.captures == 2
+
+
+def test_spec_drafter_on_device_flags(models):
+    assert drafter_on_device(NgramDrafter())
+    assert drafter_on_device(DraftModelDrafter(models["draft"].model))
+    assert drafter_on_device(MTPDrafter(models["target"].model, models["target"].gguf))
+
+
+def test_spec_fast_twin_draft_shares_weights_and_accepts_everything(models, reference):
+    from bw24.engine.spec.draft_model import twin_model
+
+    m = models["target"].model
+    tw = twin_model(m)
+    assert tw.w is m.w and tw.ops is m.ops and tw.kv is not m.kv and tw.buf is not m.buf
+    dec = SpecDecoder(m, DraftModelDrafter(tw), k=4, device=True)
+    assert list(dec.generate(FIRST, N)) == reference and dec.stats.acceptance == 1.0

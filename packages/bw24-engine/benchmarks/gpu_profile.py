@@ -117,10 +117,6 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
                    f"{plain_us:.0f}; pp512 {T / pp_s:.0f} tok/s")
     (out / f"profile_{name}.json").write_text(json.dumps({"decode": rows, "prefill": prow, "decode_us": plain_us,
                                                           "pp_s": pp_s}))
-    del eng, m
-    import cupy as cp
-
-    cp.get_default_memory_pool().free_all_blocks()
 
 
 def main() -> int:
@@ -129,7 +125,10 @@ def main() -> int:
     summary: list[str] = []
     for spec in sys.argv[2:]:
         try:
-            profile_model(spec, out, summary)
+            profile_model(spec, out, summary)  # its engine is freed on return
+            import cupy as cp
+
+            cp.get_default_memory_pool().free_all_blocks()
         except Exception as e:  # keep going: one failing model must not lose the others' numbers
             import traceback
 

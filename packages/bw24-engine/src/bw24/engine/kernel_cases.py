@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
+from . import kernel_cases_attn
 from .kernel_check import FakeTensor, Result, compare
 from .ops.cuda.kernels import ATTN_SHAPES
 from .ops.cuda.repack import SUPPORTED, random_raw
@@ -309,6 +310,13 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
             moe_case(qt, T, X, k, norm, res)
     yield "advance pos += 3", advance_case()
+    from .kernel_cases_prefill import cases as prefill_cases  # T > 16: fp16 GEMM, flash attention
+
+    yield from prefill_cases()
+    yield from kernel_cases_attn.cases()  # decode attention / rmsnorm_reg / rope+qk-norm (issue 5)
+    from .kernel_cases_q8 import cases as q8_cases  # the int8-activation matvec path (lazy: it imports us)
+
+    yield from q8_cases()
 
 
 def _params_str(p: SamplingParams) -> str:

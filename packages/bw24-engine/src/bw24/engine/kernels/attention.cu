@@ -5,38 +5,79 @@
 // out = sum_j softmax(s)_j v_j. kv head hk = h / G serves the G = H / Hkv query heads.
 // pos is read from device memory: one launch shape serves every position (graph replay).
 //
-// Thread-to-data mapping, pass 1, attn_split<D, DV, G>: block (split s, kv head hk, token t) scans keys
-//   [lo + s*CHUNK, min(lo + (s+1)*CHUNK, p+1)) for all G query heads of hk, so each key and value
-//   row is read once per kv head. Warp w takes keys w, w+NW, ...; lanes split the D (DV) dims of a
-//   row (coalesced 8..32-byte loads), a warp reduction gives the G scores, and each warp keeps an
-//   online softmax (max m, sum l, acc[DV]) per head; the block merges its warps and writes
-//   (m, l, acc) per (t, h, s). Splits past the live range exit at once.
-// Pass 2, attn_combine: block (h, t), thread per output dim, merges the live splits:
-//   M = max m_s, out = sum_s e^(m_s-M) acc_s / sum_s e^(m_s-M) l_s.
-// Bytes moved: 4*(D+DV) per cached key per kv head (fp32 cache) + partials 4*(DV+2) per split.
+// Splits: the n = p - lo + 1 live keys are cut into chunks of c = CH * ceil(n / (CH * maxs)) keys
+// (CH a template constant, maxs a launch argument = grid.y): short contexts get CH-key chunks (many
+// blocks, one latency round each), long ones at most maxs chunks (bounded partials, long streams).
+// c depends on p only, never on T, so row t of a T-row launch computes exactly what a T = 1 launch
+// at position p does (speculative verify == decode, bit for bit).
+//
+// Thread-to-data mapping, pass 1, attn_split<D, DV, G, CH>: block (kv head hk, split s, token t) (hk
+//   fastest, so the live low splits are scheduled first and the dead ones after them),
+//   NW = 4 warps, scans keys [lo + s*c, min(lo + (s+1)*c, p+1)) for all G query heads of hk (each K/V
+//   row read once per kv head). Per round the block takes NW*KB consecutive keys, warp w the KB keys
+//   at w*KB: the warp issues all KB K rows and V rows as 16-byte loads into registers first (lane owns
+//   dims [lane*D/32, (lane+1)*D/32)), then does the math: KB dot products + warp sums per head, one
+//   online-softmax update per head and round (m, l, acc[DV/32] per lane). Warps merge through shared
+//   memory; the block writes (m, l, acc) per (t, h, s), or the final acc / l when it is the only
+//   live split (identical to what pass 2 would compute: weights e^0 = 1).
+// Pass 2, attn_combine: block (h, t), threads over output dims; M = max of the live m_s (block max),
+//   w_s = e^(m_s - M) staged in shared memory per tile of splits, then each thread sums, in split
+//   order, L = sum_s l_s w_s and A = sum_s acc_s[d] w_s (loads unrolled), out = A / L.
+// Bytes moved: 4*(D+DV) per cached key per kv head (fp32 cache) + partials 2*4*(DV+2) per (head,
+//   split) written and read back (<= 2*G/c of the KV bytes).
 #include "common.cuh"
 
 #define NW 4
+#define COMBINE_TILE 256
 
-template <int D, int DV, int G>
+// Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits.
+__device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
+    return ch * max(1, (n + ch * maxs - 1) / (ch * maxs));
+}
+
+// P consecutive floats into registers with the widest aligned loads (p is 4*P-byte aligned).
+template <int P>
+__device__ __forceinline__ void load_row(float (&r)[P], const float* __restrict__ p) {
+    if constexpr (P % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < P / 4; ++i) {
+            const float4 v = reinterpret_cast<const float4*>(p)[i];
+            r[4 * i] = v.x; r[4 * i + 1] = v.y; r[4 * i + 2] = v.z; r[4 * i + 3] = v.w;
+        }
+    } else if constexpr (P % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < P / 2; ++i) {
+            const float2 v = reinterpret_cast<const float2*>(p)[i];
+            r[2 * i] = v.x; r[2 * i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < P; ++i) r[i] = p[i];
+    }
+}
+
+template <int D, int DV, int G, int CH>
 __global__ void __launch_bounds__(NW * 32)
 attn_split(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
            const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window,
-           int chunk, int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc) {
+           int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out) {
     constexpr int PD = D / 32, PV = DV / 32;
-    const int s = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
+    // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
+    constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
+    static_assert(KB >= 1 && CH % (NW * KB) == 0, "CH must be a multiple of the keys per round");
+    const int hk = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int p = pos[0] + t;
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    const int j0 = lo + s * chunk;
-    if (j0 > p) return;
-    const int j1 = min(j0 + chunk, p + 1);
+    const int c = attn_chunk_len(p - lo + 1, CH, nsplit);
+    const int j0 = lo + s * c;
+    if (j0 > p) return;  // split past the live range (uniform over the block)
+    const int j1 = min(j0 + c, p + 1);
+    const bool single = j0 == lo && j1 == p + 1;  // the only live split: write the output directly
 
     float qr[G][PD];
 #pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int e = 0; e < PD; ++e) qr[g][e] = q[((i64)t * H + hk * G + g) * D + lane * PD + e];
+    for (int g = 0; g < G; ++g) load_row<PD>(qr[g], q + ((i64)t * H + hk * G + g) * D + lane * PD);
 
     float m[G], l[G], acc[G][PV];
 #pragma unroll
@@ -45,27 +86,49 @@ attn_split(const float* __restrict__ q, const float* __restrict__ kc, const floa
 #pragma unroll
         for (int e = 0; e < PV; ++e) acc[g][e] = 0.f;
     }
-    const float* kb = kc + (i64)hk * S * D;
-    const float* vb = vc + (i64)hk * S * DV;
-    for (int j = j0 + w; j < j1; j += NW) {
-        float kr[PD], vr[PV];
+    const float* kb = kc + (i64)hk * S * D + lane * PD;
+    const float* vb = vc + (i64)hk * S * DV + lane * PV;
+    for (int r0 = j0 + w * KB; r0 < j1; r0 += NW * KB) {
+        // all loads of the round first (rows past j1 re-read row j1-1 and are masked below)
+        float kr[KB][PD], vr[KB][PV];
 #pragma unroll
-        for (int e = 0; e < PD; ++e) kr[e] = kb[(i64)j * D + lane * PD + e];
-#pragma unroll
-        for (int e = 0; e < PV; ++e) vr[e] = vb[(i64)j * DV + lane * PV + e];
+        for (int k = 0; k < KB; ++k) {
+            const int j = min(r0 + k, j1 - 1);
+            load_row<PD>(kr[k], kb + (i64)j * D);
+            load_row<PV>(vr[k], vb + (i64)j * DV);
+        }
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            float sc = 0.f;
+            float sc[KB];
 #pragma unroll
-            for (int e = 0; e < PD; ++e) sc = fmaf(qr[g][e], kr[e], sc);
-            sc = warp_sum(sc) * scale;
-            if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
-            const float mn = fmaxf(m[g], sc);
-            const float corr = expf(m[g] - mn), pe = expf(sc - mn);
-            l[g] = l[g] * corr + pe;
+            for (int k = 0; k < KB; ++k) {
+                float d = 0.f;
 #pragma unroll
-            for (int e = 0; e < PV; ++e) acc[g][e] = fmaf(acc[g][e], corr, pe * vr[e]);
-            m[g] = mn;
+                for (int e = 0; e < PD; ++e) d = fmaf(qr[g][e], kr[k][e], d);
+                sc[k] = d;
+            }
+            float mx = m[g];
+#pragma unroll
+            for (int k = 0; k < KB; ++k) {
+                float v = warp_sum(sc[k]) * scale;
+                if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+                sc[k] = r0 + k < j1 ? v : -INFINITY;
+                mx = fmaxf(mx, sc[k]);
+            }
+            // mx is finite: key r0 < j1 is live
+            const float corr = expf(m[g] - mx);
+            float ls = l[g] * corr;
+#pragma unroll
+            for (int e = 0; e < PV; ++e) acc[g][e] *= corr;
+#pragma unroll
+            for (int k = 0; k < KB; ++k) {
+                const float pe = expf(sc[k] - mx);
+                ls += pe;
+#pragma unroll
+                for (int e = 0; e < PV; ++e) acc[g][e] = fmaf(pe, vr[k][e], acc[g][e]);
+            }
+            l[g] = ls;
+            m[g] = mx;
         }
     }
     // merge the NW warps of this block through shared memory
@@ -92,28 +155,57 @@ attn_split(const float* __restrict__ q, const float* __restrict__ kc, const floa
             A += sm_acc[u][g][d] * f;
         }
         const i64 row = ((i64)t * H + hk * G + g) * nsplit + s;
-        part_acc[row * DV + d] = A;
-        if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
+        if (single) {
+            out[((i64)t * H + hk * G + g) * DV + d] = A / L;
+        } else {
+            part_acc[row * DV + d] = A;
+            if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
+        }
     }
 }
 
 extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
-                                        const int* __restrict__ pos, int H, int DV, int chunk, int nsplit,
+                                        const int* __restrict__ pos, int H, int DV, int ch, int nsplit,
                                         int window, float* __restrict__ out) {
+    __shared__ float red[32];
+    __shared__ float wt[COMBINE_TILE], lw[COMBINE_TILE];
     const int h = blockIdx.x, t = blockIdx.y;
     const int p = pos[0] + t;
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    const int live = min(nsplit, (p - lo) / chunk + 1);
+    const int n = p - lo + 1;
+    const int c = attn_chunk_len(n, ch, nsplit);
+    const int live = (n + c - 1) / c;
+    if (live == 1) return;  // attn_split wrote the output itself
     const i64 base = ((i64)t * H + h) * nsplit;
     float M = -INFINITY;
-    for (int s = 0; s < live; ++s) M = fmaxf(M, part_ml[2 * (base + s)]);
-    for (int d = threadIdx.x; d < DV; d += blockDim.x) {
-        float L = 0.f, A = 0.f;
-        for (int s = 0; s < live; ++s) {
-            const float f = expf(part_ml[2 * (base + s)] - M);
-            L += part_ml[2 * (base + s) + 1] * f;
-            A += part_acc[(base + s) * DV + d] * f;
+    for (int s = threadIdx.x; s < live; s += blockDim.x) M = fmaxf(M, part_ml[2 * (base + s)]);
+    // block max (exact, so its order does not matter)
+    M = warp_max(M);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = M;
+    __syncthreads();
+    M = -INFINITY;
+    for (int u = 0; u < (int)(blockDim.x >> 5); ++u) M = fmaxf(M, red[u]);
+
+    const int nd = (DV + blockDim.x - 1) / blockDim.x;  // <= 2: blockDim >= DV / 2
+    float L = 0.f, A0 = 0.f, A1 = 0.f;
+    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
+    for (int s0 = 0; s0 < live; s0 += COMBINE_TILE) {
+        const int ns = min(COMBINE_TILE, live - s0);
+        __syncthreads();  // the previous tile's weights are consumed
+        for (int i = threadIdx.x; i < ns; i += blockDim.x) {
+            const float f = expf(part_ml[2 * (base + s0 + i)] - M);
+            wt[i] = f;
+            lw[i] = part_ml[2 * (base + s0 + i) + 1] * f;
         }
-        out[((i64)t * H + h) * DV + d] = A / L;
+        __syncthreads();
+        const float* ab = part_acc + (base + s0) * DV;
+#pragma unroll 8
+        for (int i = 0; i < ns; ++i) {
+            L += lw[i];
+            if (d0 < DV) A0 = fmaf(ab[(i64)i * DV + d0], wt[i], A0);
+            if (nd > 1 && d1 < DV) A1 = fmaf(ab[(i64)i * DV + d1], wt[i], A1);
+        }
     }
+    if (d0 < DV) out[((i64)t * H + h) * DV + d0] = A0 / L;
+    if (nd > 1 && d1 < DV) out[((i64)t * H + h) * DV + d1] = A1 / L;
 }

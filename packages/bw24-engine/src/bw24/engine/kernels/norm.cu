@@ -2,10 +2,65 @@
 //
 // Formula (per row of K): if add: x += add (x is the residual stream, written back);
 //                         out = x * rsqrt(mean(x^2) + eps) * w.
-// Thread-to-data mapping: one block per row (rows = T, or T*H for the per-head qk-norm); each
-// thread strides the row by blockDim.x; one block-wide reduction of the sum of squares.
+// Thread-to-data mapping, rmsnorm_reg<VW, NV>: one block per row; thread i holds the row's
+//   VW-float vectors i, i + blockDim, ..., (NV of them) in registers: one pass of loads (VW = 4:
+//   16-byte loads, needs K % 4 == 0 and 16-byte aligned rows; VW = 1 otherwise), one block-wide sum
+//   of squares, then the stores. blockDim and NV are chosen from K alone (ops/cuda/norm.py), so a
+//   row's summation order does not depend on the number of rows (decode == verify, bit for bit).
+// rmsnorm (no template): the strided fallback for rows too long for the registers (K > 512*16*VW).
 // Bytes moved: 4K read x (+4K add, +4K x written back) + 4K w (L2-resident) + 4K out per row.
 #include "common.cuh"
+
+template <int VW> struct Vec;
+template <> struct Vec<1> { typedef float T; };
+template <> struct Vec<4> { typedef float4 T; };
+
+__device__ __forceinline__ float sq(float a) { return a * a; }
+__device__ __forceinline__ float sq(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+__device__ __forceinline__ float add_(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 add_(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+__device__ __forceinline__ float scale_(float a, float r, float w) { return a * r * w; }
+__device__ __forceinline__ float4 scale_(float4 a, float r, float4 w) {
+    return make_float4(a.x * r * w.x, a.y * r * w.y, a.z * r * w.z, a.w * r * w.w);
+}
+
+template <int VW, int NV>
+__global__ void __launch_bounds__(512)
+rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w, float* out, int K, float eps) {
+    typedef typename Vec<VW>::T V;
+    __shared__ float red[32];
+    const int n = K / VW;  // vectors per row
+    V* xr = reinterpret_cast<V*>(x + (i64)blockIdx.x * K);
+    const V* ar = add ? reinterpret_cast<const V*>(add + (i64)blockIdx.x * K) : nullptr;
+    V v[NV];
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < NV; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < n) v[u] = xr[i];
+    }
+    if (ar) {
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+            const int i = threadIdx.x + u * blockDim.x;
+            if (i < n) { v[u] = add_(v[u], ar[i]); xr[i] = v[u]; }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < NV; ++u)
+        if (threadIdx.x + u * blockDim.x < n) ss += sq(v[u]);
+    ss = block_sum(ss, red);
+    const float r = rsqrtf(ss / (float)K + eps);
+    V* o = reinterpret_cast<V*>(out + (i64)blockIdx.x * K);
+    const V* wv = reinterpret_cast<const V*>(w);
+#pragma unroll
+    for (int u = 0; u < NV; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < n) o[i] = scale_(v[u], r, wv[i]);
+    }
+}
 
 extern "C" __global__ void rmsnorm(float* x, const float* __restrict__ add, const float* __restrict__ w,
                                    float* out, int K, float eps) {

@@ -157,12 +157,11 @@ class Transformer:
         o, c, kv = self.ops, self.cfg, self.kv
         o.matmul_multi((L.wq, L.wk, L.wv), b.x, outs=(b.q, b.k, b.v),
                        biases=(L.bq, L.bk, L.bv) if c.qkv_bias else None)  # [T, H*D], [T, Hkv*D], [T, Hkv*Dv]
-        if c.qk_norm:
-            o.rmsnorm(b.q3, L.q_norm, c.rms_eps, out=b.q3)  # per head over D
-            o.rmsnorm(b.k3, L.k_norm, c.rms_eps, out=b.k3)
         swa = c.swa_layers[i]
+        # qk-norm (per head over D, before RoPE) is fused into rope_kv; L.q_norm/k_norm are None otherwise
         o.rope_kv(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], mode=c.rope_type, rope_dim=c.rope_dim,
-                  base=c.rope_base_swa if swa else c.rope_base, freq_scale=1.0 if swa else c.rope_freq_scale)
+                  base=c.rope_base_swa if swa else c.rope_base, freq_scale=1.0 if swa else c.rope_freq_scale,
+                  q_norm=L.q_norm, k_norm=L.k_norm, norm_eps=c.rms_eps)
         o.attention(b.q3, kv.k[i], kv.v[i], kv.pos, scale=c.attn_scale, softcap=c.attn_softcap,
                     window=c.sliding_window if swa else None, out=b.a3)  # [T, H, Dv]
 

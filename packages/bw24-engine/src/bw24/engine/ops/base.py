@@ -32,6 +32,12 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 ROPE_MODES = ("norm", "neox")
 
 
+def check_qk_norm(q_norm: Any, k_norm: Any, norm_eps: float | None) -> None:
+    """rope_kv's qk-norm arguments: a norm weight needs its eps."""
+    if (q_norm is not None or k_norm is not None) and norm_eps is None:
+        raise ValueError("rope_kv: q_norm/k_norm given without norm_eps")
+
+
 class Ops(ABC):
     name: str = "?"
     xp: Any = np  # array module for views
@@ -105,13 +111,17 @@ class Ops(ABC):
     def rope_kv(
         self, q: Any, k: Any, v: Any, pos: Any, k_cache: Any, v_cache: Any, *,
         base: float, freq_scale: float, rope_dim: int, mode: str,
+        q_norm: Any = None, k_norm: Any = None, norm_eps: float | None = None,
     ) -> None:
         """RoPE on q (in place) and k, then append k, v to the cache at positions pos..pos+T-1.
 
         q [T, H, D], k [T, Hkv, D], v [T, Hkv, Dv], k_cache [Hkv, S, D], v_cache [Hkv, S, Dv].
         Token t has position p = pos[0] + t; pair i (i < rope_dim / 2) turns by
         p * freq_scale * base^(-2i / rope_dim). mode "norm" pairs (2i, 2i+1), "neox" (i, i + rope_dim/2);
-        dims >= rope_dim pass unchanged. k is left unrotated in its buffer (only the cache gets it)."""
+        dims >= rope_dim pass unchanged. k is left unrotated in its buffer (only the cache gets it).
+        qk-norm (qwen3, gemma3): q_norm / k_norm [D], when given, first RMSNorm each head of q / k
+        over its D dims with norm_eps (exactly rmsnorm(x, w, norm_eps) per head), then the rotation;
+        q keeps the normed and rotated values, k's buffer is left as it was."""
 
     @abstractmethod
     def attention(

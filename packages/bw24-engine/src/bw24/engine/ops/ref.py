@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import sampling
 from ..errors import UnsupportedModelError
-from .base import ACTIVATIONS, ROPE_MODES, Ops
+from .base import ACTIVATIONS, ROPE_MODES, Ops, check_qk_norm
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 
@@ -100,9 +100,11 @@ class RefOps(Ops):
             y += residual
         out[...] = y
 
-    def rope_kv(self, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode):
+    def rope_kv(self, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode, q_norm=None, k_norm=None,
+                norm_eps=None):
         if mode not in ROPE_MODES:
             raise ValueError(f"rope mode {mode!r} not in {ROPE_MODES}")
+        check_qk_norm(q_norm, k_norm, norm_eps)
         T, p0 = q.shape[0], int(pos[0])
         if p0 + T > k_cache.shape[1]:
             raise IndexError(f"rope_kv: positions {p0}..{p0 + T - 1} beyond cache length {k_cache.shape[1]}")
@@ -111,8 +113,12 @@ class RefOps(Ops):
         ang = (p0 + np.arange(T, dtype=np.float64))[:, None] * freq_scale * inv_freq  # [T, half]
         cos = np.cos(ang).astype(np.float32)[:, None, :]  # [T, 1, half]
         sin = np.sin(ang).astype(np.float32)[:, None, :]
-        _rotate(q, cos, sin, rope_dim, mode)
+        if q_norm is not None:
+            self.rmsnorm(q, q_norm, norm_eps, out=q)  # per head over D, as the separate call did
         kr = k.copy()
+        if k_norm is not None:
+            self.rmsnorm(k, k_norm, norm_eps, out=kr)
+        _rotate(q, cos, sin, rope_dim, mode)
         _rotate(kr, cos, sin, rope_dim, mode)
         k_cache[:, p0 : p0 + T] = kr.transpose(1, 0, 2)
         v_cache[:, p0 : p0 + T] = v.transpose(1, 0, 2)

@@ -2,26 +2,29 @@
 
 Every op asserts shapes/dtypes and launches into the caller's buffers on one non-default stream;
 nothing here reads a device value on the host, so a decode step can be captured as one CUDA graph
-(capture()). Prefill matmuls (T > 16) dequantize the weight in bounded row chunks and use cuBLAS
-(cupy.matmul), outside any graph.
+(capture()). Prefill matmuls (T > 16) dequantize the weight to fp16 in bounded row chunks and use
+cuBLAS GemmEx (ops/cuda/prefill.py), outside any graph; prefill attention is a flash-style kernel.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
 from ...errors import UnsupportedModelError
-from ..base import ACTIVATIONS, ROPE_MODES, Ops
+from ..base import ACTIVATIONS, ROPE_MODES, Ops, check_qk_norm
+from . import attn as _attn
+from . import norm as _norm
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel
 from .launch import QMV_SPACE, QmvConfigs
+from .prefill import PREFILL_SCRATCH  # bytes of fp16 weight per prefill GEMM chunk (memory.plan)
 from .repack import UnsupportedWeightError
 from .weights import NULL, QWeight, upload_weight
 
-ATTN_CHUNK = 128  # keys per split of the decode attention
-PREFILL_SCRATCH = 64 << 20  # bytes of dequantized fp32 weight per prefill GEMM chunk
+ATTN_CHUNK = _attn.ATTN_CHUNK  # keys per split unit of the decode attention (ops/cuda/attn.py)
 
 
 def _i32(v) -> np.int32:
@@ -31,6 +34,11 @@ def _i32(v) -> np.int32:
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
+    # Speculative verify: are batched rows (T <= 16) bit-identical to decode steps? A measured claim,
+    # never assumed: `benchmarks/spec_bench.py OUT --cells exact` checks it on the device (re-run after
+    # any matvec/attention/norm kernel change); flip it here once it says YES, or set
+    # BW24_BATCH_ROWS_EXACT=1 for a run. False: verify "auto" uses the row-exact path (slow on the GPU).
+    batch_rows_exact = os.environ.get("BW24_BATCH_ROWS_EXACT", "") == "1"
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -47,6 +55,7 @@ class CudaOps(Ops):
         self.use_graphs = use_graphs
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
+        self.prefill_precision = "split"  # prefill GEMM: "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
@@ -169,10 +178,7 @@ class CudaOps(Ops):
         assert w.shape == (K,) and out.shape == x.shape and x.flags.c_contiguous and out.flags.c_contiguous
         if add is not None:
             assert add.shape == x.shape and add.flags.c_contiguous
-        rows = x.size // K
-        block = 256 if K >= 1024 else 128 if K >= 256 else 32
-        self._launch(self._k("norm.cu", "rmsnorm"), (rows,), block,
-                     (x, NULL if add is None else add, w, out, _i32(K), np.float32(eps)))
+        _norm.rmsnorm(self, x, w, eps, out=out, add=add)  # one pass in registers (ops/cuda/norm.py)
 
     def add(self, x, y, *, out):
         n = out.size
@@ -187,8 +193,13 @@ class CudaOps(Ops):
             assert residual.shape == out.shape and residual.flags.c_contiguous
         if T <= QMV_NT[-1]:
             nt = next(n for n in QMV_NT if T <= n)
-            W, R = self.qmv_configs.get(w.qtype, N, K)
+            path, W, R = self.qmv_configs.plan(w.qtype, N, K)
             R = R if nt == 1 else 1
+            if path == "q8":  # int8 activations + dp4a (ops/cuda/q8.py, kernels/qmatvec_q8.cu)
+                from . import q8
+
+                q8.matmul(self, w, x, out, W, R, nt, bias, residual, softcap)
+                return
             fn = self._k("qmatvec.cu", f"qmv<{w.fmt},{W},{R},{nt}>")
             self._launch(fn, (math.ceil(N / R),), 32 * W,
                          (*w.args(), x, _i32(K), _i32(N), _i32(T), NULL if bias is None else bias,
@@ -207,13 +218,21 @@ class CudaOps(Ops):
         for w, o in zip(ws, outs, strict=True):
             assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
         nt = next(n for n in QMV_NT if T <= n)
-        W, R = self.qmv_configs.get(ws[0].qtype, sum(w.n for w in ws), K)
+        path, W, R = self.qmv_configs.plan(ws[0].qtype, sum(w.n for w in ws), K)
         R = R if nt == 1 else 1
+        from .launch import Q8_TYPES
+
+        q8 = path == "q8" and all(w.qtype.name in Q8_TYPES for w in ws)  # else all on the f32 path
         parts = list(zip(ws, outs, biases, strict=True))
         if len(parts) == 2:
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)
         nb = [math.ceil(w.n / R) for w, _, _ in parts]
         nb[2] = nb[2] if len(ws) == 3 else 0
+        if q8:
+            from . import q8 as q8mod
+
+            q8mod.matmul_multi(self, parts, nb, x, W, R, nt)
+            return
         fmts = ",".join(str(w.fmt) for w, _, _ in parts)
         fn = self._k("qmatvec.cu", f"qmv3<{fmts},{W},{R},{nt}>")
         args = [x, _i32(K), _i32(T), _i32(nb[0]), _i32(nb[1])]
@@ -234,60 +253,40 @@ class CudaOps(Ops):
         if cfg is None:
             self.qmv_configs.overrides.pop(kind, None)
         else:
-            from .launch import check_config
+            from .launch import check_config, check_path
 
             check_config(cfg)
+            check_path(cfg)
             self.qmv_configs.overrides[kind] = dict(cfg)
 
     def _gemm(self, w: QWeight, x, out, bias, residual, softcap):
-        """Prefill: y = x @ W^T through cuBLAS over fp32 row chunks of W (bounded scratch)."""
-        cp, T, K, N = self.cp, x.shape[0], w.k, w.n
-        rows = max(1, min(N, PREFILL_SCRATCH // (4 * K)))
-        wbuf = self._buf("gemm_w", rows * K)
-        fn = self._k("qmatvec.cu", f"dequant_rows<{w.fmt}>")
-        with self.stream:
-            y = cp.empty((T, N), np.float32)
-            for r0 in range(0, N, rows):
-                r = min(rows, N - r0)
-                self._launch(fn, (math.ceil(r * (K // 32) / 128),), 128,
-                             (*w.args(), NULL, _i32(r0), _i32(r), _i32(K), np.float32(1.0), wbuf))
-                y[:, r0:r0 + r] = x @ wbuf[: r * K].reshape(r, K).T
-            if bias is not None:
-                y += bias
-            if residual is not None:
-                y += residual
-            if softcap:
-                y = softcap * cp.tanh(y / softcap)
-            out[...] = y
+        """Prefill: y = x @ W^T through cuBLAS fp16 tensor-core GEMMs over dequantized row chunks of W
+        (bounded scratch; precision and error: ops/cuda/prefill.py)."""
+        from .prefill import gemm
 
-    def rope_kv(self, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode):
+        gemm(self, w, x, out, bias, residual, softcap)
+
+    def rope_kv(self, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode, q_norm=None,
+                k_norm=None, norm_eps=None):
         if mode not in ROPE_MODES:
             raise ValueError(f"rope mode {mode!r} not in {ROPE_MODES}")
-        T, H, D = q.shape
-        Hkv, S, Dv = v_cache.shape
-        assert k.shape == (T, Hkv, D) and v.shape == (T, Hkv, Dv) and k_cache.shape == (Hkv, S, D)
-        assert rope_dim % 2 == 0 and rope_dim <= D
-        block = min(128, max(32, 32 * math.ceil(max(rope_dim // 2, Dv) / 32)))
-        self._launch(self._k("rope.cu", "rope_kv"), (T, H + Hkv), block,
-                     (q, k, v, pos, k_cache, v_cache, _i32(H), _i32(Hkv), _i32(D), _i32(Dv), _i32(S),
-                      _i32(rope_dim), _i32(mode == "neox"), np.float64(base), np.float64(freq_scale)))
+        check_qk_norm(q_norm, k_norm, norm_eps)
+        _norm.rope_kv(self, q, k, v, pos, k_cache, v_cache, base=base, freq_scale=freq_scale, rope_dim=rope_dim,
+                      mode=mode, q_norm=q_norm, k_norm=k_norm, norm_eps=norm_eps)  # qk-norm fused (ops/cuda/norm.py)
 
     def attention(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out):
+        if q.shape[0] > 16:
+            return self._attention_prefill(q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
         T, H, D = q.shape
         Hkv, S, Dv = v_cache.shape
-        G = H // Hkv
-        assert H % Hkv == 0 and k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
-        if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
-            raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
-        ns = math.ceil(S / ATTN_CHUNK)
-        ml = self._buf("attn_ml", T * H * ns * 2)
-        acc = self._buf("attn_acc", T * H * ns * Dv)
-        w = int(window or 0)
-        self._launch(self._k("attention.cu", f"attn_split<{D},{Dv},{G}>"), (ns, Hkv, T), 128,
-                     (q, k_cache, v_cache, pos, _i32(H), _i32(Hkv), _i32(S), np.float32(scale),
-                      np.float32(softcap or 0.0), _i32(w), _i32(ATTN_CHUNK), _i32(ns), ml, acc))
-        self._launch(self._k("attention.cu", "attn_combine"), (H, T), min(256, Dv),
-                     (ml, acc, pos, _i32(H), _i32(Dv), _i32(ATTN_CHUNK), _i32(ns), _i32(w), out))
+        assert k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
+        # split-K decode/verify kernels, geometry a function of S only (ops/cuda/attn.py)
+        _attn.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+
+    def _attention_prefill(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out):
+        from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
+
+        attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
 
     def glu(self, gate, up, act, *, out):
         if act not in ACTIVATIONS:
@@ -321,7 +320,8 @@ class CudaOps(Ops):
         from . import memory
 
         self._mem_baseline = memory.used_bytes()
-        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, PREFILL_SCRATCH, ATTN_CHUNK)
+        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, PREFILL_SCRATCH,
+                                     _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv))
         memory.check_fit(self._mem_plan, str(getattr(f, "path", "model")), memory.device_free()[0])
         if progress:
             from tqdm.auto import tqdm

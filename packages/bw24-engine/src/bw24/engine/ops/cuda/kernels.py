@@ -9,12 +9,17 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from .prefill import attn_instances
+
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
 QMV_NT = (1, 4, 16)   # token-count buckets of the decode/verify matvec (T <= 16)
 # (W warps, R rows) of the decode matvec that CI compiles: the built-in defaults at the presets' K
 # and the H200 table's choices; other configs compile at run time on first use.
 QMV_CONFIGS = ((4, 8), (1, 4), (4, 4), (4, 16), (2, 4), (1, 2))
-ATTN_SHAPES = ((64, 64, 3), (64, 64, 7), (128, 128, 4), (128, 128, 8), (256, 256, 4), (128, 128, 2))
+ATTN_SHAPES = ((64, 64, 3), (64, 64, 7), (128, 128, 4), (128, 128, 8), (256, 256, 4), (128, 128, 2),
+               (128, 128, 1), (64, 64, 1), (64, 64, 5), (64, 64, 6))
+ATTN_CHUNKS = (32, 64)  # attn_split CH choices (ops/cuda/attn.py; the tuning table picks among them)
+NORM_NV = (1, 2, 4, 8, 16)  # rmsnorm_reg<VW, NV> values per thread (ops/cuda/norm.py)
 
 COMPILE_SET: dict[str, tuple[str, ...]] = {
     "qmatvec.cu": tuple(f"qmv<{f},{w},{r},1>" for f in (3, 4, 7, 9) for w, r in QMV_CONFIGS[:4])
@@ -22,12 +27,25 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     + tuple(f"qmv<{f},4,1,{nt}>" for f in (3, 7, 9) for nt in QMV_NT[1:])
     + ("qmv3<7,7,7,4,8,1>", "qmv3<7,7,9,4,8,1>", "qmv3<3,3,3,4,8,1>", "qmv3<4,4,4,4,8,1>", "qmv3<7,7,7,1,4,1>")
     + tuple(f"dequant_rows<{f}>" for f in range(10)),
-    "attention.cu": tuple(f"attn_split<{d},{dv},{g}>" for d, dv, g in ATTN_SHAPES),
-    "norm.cu": (),
+    # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;
+    # when the table picks other q8 configs, add them here so CI compiles what is dispatched.
+    "qmatvec_q8.cu": tuple(f"qmv8<{f},{w},{r},1>" for f in (3, 4, 5, 6, 7, 8, 9) for w, r in QMV_CONFIGS[:2])
+    + tuple(f"qmv8<{f},4,1,{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt in QMV_NT[1:])  # + extern "C" quantize_x
+    + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
+       "qmv8_3<7,7,9,4,1,4>"),
+    "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}>" for d, dv, g in ATTN_SHAPES)
+    + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices
+    "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV),
     "rope.cu": (),
     "elementwise.cu": (),
     "sample.cu": (),
+    "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
     "moe.cu": tuple(f"moe_mv<{f}>" for f in range(10)),  # expert matvec per weight format
+    # prefill (T > 16, ops/cuda/prefill.py): fp16 weight chunks for cuBLAS; attention at the real
+    # models' (D, G) (smollm2 64/3, qwen2.5 64/7, qwen3 128/2,4,8, gemma3 256/4) and kernel_check's
+    "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),
+    "attention_prefill.cu": attn_instances([(64, 64, g) for g in (1, 3, 5, 7)] + [(128, 128, g) for g in (1, 2, 4, 6, 8)]
+                                           + [(256, 256, g) for g in (2, 4)]),
 }
 
 

@@ -1,11 +1,17 @@
 """Launch configs of the decode/verify matvec (qmv / qmv3 in kernels/qmatvec.cu).
 
-A config is {"warps": W, "rows": R}: W warps per block split K (threads walk groups g = i, i+32W..),
+A config is {"warps": W, "rows": R[, "path": "f32" | "q8"]}: W warps per block split K (threads walk groups g = i, i+32W..),
 R rows per block share each activation load. Sources, first match wins: an override set by a
 workbench sweep (set_launch_config), the device's tuning table (bw24/engine/tuning/<key>.json,
 shape "NxK" then the quant type's default), then built-in defaults (default_qmv).
 W fixes the summation order of a row, so a weight is always launched with one W whatever T is;
 R only changes how rows are grouped, and T > 1 launches use R = 1 (registers: R*NT accumulators).
+"path" picks the kernel family: "f32" (qmv: fp32 activations) or "q8" (qmv8 in qmatvec_q8.cu:
+activations quantized to int8 per 32-group, dp4a). The path is a policy of the weight's shape
+(default_path), not of the table: the prefill GEMM rounds its activations exactly as the q8 path
+quantizes them for the same weights (ops/cuda/prefill.py), so prefill and decode stay consistent
+(the run-gen gate) whatever (W, R) the table picks. Only a workbench override may force a path.
+A q8 request for a format the q8 kernels lack (F32/F16/BF16) falls back to "f32".
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from gguf.constants import GGMLQuantizationType as Q
 
 TUNING_DIR = Path(__file__).resolve().parents[2] / "tuning"
 QMV_SPACE = {"warps": [1, 2, 4, 8], "rows": [1, 2, 4, 8, 16]}
+PATHS = ("f32", "q8")
+Q8_TYPES = frozenset(q.name for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K))
 
 
 def default_qmv(n: int, k: int) -> dict:
@@ -31,6 +39,25 @@ def check_config(cfg: dict) -> tuple[int, int]:
         raise ValueError(f"qmatvec launch config {cfg!r}: warps must be in {QMV_SPACE['warps']}, "
                          f"rows in {QMV_SPACE['rows']}")
     return int(w), int(r)
+
+
+# q8 where the H200 sweep (evidence/matvec_q8_sweep_h200_*.txt) shows the f32 path instruction-bound:
+# K >= 2048 (8B-class layers: 1.8-2x the f32 path's GB/s) and vocabulary heads (N >= 100k: 2x);
+# narrower layers (K = 576..1536, the small real models) are launch-bound either way and keep fp32
+# activations, so the small real models' GPU output stays that of the fp32 CPU reference.
+Q8_MIN_K = 2048
+Q8_MIN_N = 100_000
+
+
+def default_path(name: str, n: int, k: int) -> str:
+    return "q8" if name in Q8_TYPES and (k >= Q8_MIN_K or n >= Q8_MIN_N) else "f32"
+
+
+def check_path(cfg: dict) -> str:
+    p = cfg.get("path", "f32")
+    if p not in PATHS:
+        raise ValueError(f"qmatvec launch config {cfg!r}: path must be one of {PATHS}")
+    return str(p)
 
 
 class QmvConfigs:
@@ -50,9 +77,17 @@ class QmvConfigs:
         return cls(load_tuning(TUNING_DIR, device_key(d.name, d.cc), warn=warn))
 
     def get(self, qtype, n: int, k: int) -> tuple[int, int]:
+        return self.plan(qtype, n, k)[1:]
+
+    def plan(self, qtype, n: int, k: int) -> tuple[str, int, int]:
+        """(path, W, R) for this weight; "q8" only for formats the q8 kernels implement."""
         name = Q(int(qtype)).name
         cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or default_qmv(n, k)
+        forced = self.overrides.get(name, {}).get("path")  # a workbench sweep may force a path
         try:
-            return check_config(cfg)
+            w, r = check_config(cfg)
+            check_path(cfg)  # a corrupt path in the table voids the entry (validated, then unused)
+            path = check_path({"path": forced}) if forced else default_path(name, n, k)
         except ValueError:  # a table entry outside the kernel's space: defaults, never a crash
-            return check_config(default_qmv(n, k))
+            (w, r), path = check_config(default_qmv(n, k)), default_path(name, n, k)
+        return ("q8" if path == "q8" and name in Q8_TYPES else "f32"), w, r

@@ -39,7 +39,7 @@ class MemoryPlan:
 
 def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, attn_chunk: int = 128) -> MemoryPlan:
     weights = gguf = 0
-    max_rows = cfg.n_vocab
+    max_rows, max_k = cfg.n_vocab, cfg.n_embd
     for ti in f.tensors.values():
         gguf += int(ti.nbytes)
         numel = math.prod(ti.shape)
@@ -48,17 +48,24 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
         else:
             weights += math.ceil(numel * PLANE_BITS.get(ti.qtype, 32.0) / 8)
             max_rows = max(max_rows, int(ti.shape[-2]))
+            max_k = max(max_k, int(ti.shape[-1]))
     c, m = cfg, max_batch
     kv = 4 * c.n_layer * n_ctx * c.n_head_kv * (c.head_dim + c.head_dim_v)
     ff = c.n_ff_expert if c.is_moe else c.n_ff
     act = 4 * m * (3 * c.n_embd + c.n_head * (c.head_dim + c.head_dim_v) + c.n_head_kv * (c.head_dim + c.head_dim_v)
                    + 2 * max(ff, 1) + c.n_vocab) + 4 * m
     ns = math.ceil(n_ctx / attn_chunk)
-    scratch = prefill_scratch + 2 * 4 * m * max_rows  # dequantized chunk, GEMM result + its temporary
+    # prefill GEMM (ops/cuda/prefill.py): fp16 weight chunk (hi + lo), fp32 result [T, N], x as fp16
+    # hi + lo [T, K] and row scales [T]
+    scratch = prefill_scratch + 4 * m * max_rows + 2 * 2 * m * max_k + 4 * m
+    scratch += 4 * m * max_k  # x rounded as the q8 decode path sees it (prefill.round_q8)
     scratch += 4 * m * c.n_head * ns * (2 + c.head_dim_v)
     if c.is_moe:
         slots = m * c.n_expert_used
         scratch += 4 * (m * c.n_expert + 2 * slots + slots * (2 * c.n_ff_expert + c.n_embd))
+        # prefill (moe_prefill.py): <= 16 experts x max_batch padded rows of x, its fp16 halves, GEMM
+        # result, gate, up, down output
+        scratch += 4 * 16 * (m + 8) * (4 * c.n_embd + 4 * c.n_ff_expert)
     scratch += 32 * c.n_vocab  # sampling: l, w, key, two lists
     return MemoryPlan(weights, gguf, kv, act, scratch)
 

@@ -2,7 +2,8 @@
 
 router matvec -> moe_route (softmax + top-k on the device) -> moe_mv gate / up (selected experts
 only, ids read on the device) -> glu -> moe_mv down -> moe_combine (+ residual). No host sync, so a
-qwen3moe decode step is captured as one graph like the dense models.
+qwen3moe decode step is captured as one graph like the dense models. Prefill (T > 16) replaces the
+expert matvecs by per-expert GEMMs after one host read of the routing (moe_prefill.py).
 
 Shape legend: T tokens, E n_embd, X experts, F n_ff_expert, k n_used, slots = T * k.
 """
@@ -17,6 +18,7 @@ from ...errors import UnsupportedModelError
 from ..base import ACTIVATIONS
 
 MOE_WARPS = 4  # moe.cu's MOE_WARPS
+PREFILL_T = 16  # above this many tokens the expert matvecs give way to grouped GEMMs (as CudaOps.matmul)
 
 
 def _check_experts(name: str, w, X: int, n: int, k: int) -> None:
@@ -47,10 +49,15 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     ops.matmul(router, x, out=rl)  # [T, X]
     ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,
                 (rl, np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), sel, wts))
-    for w, dst, xin, per_slot, n in ((gate_exps, g, x, 0, F), (up_exps, u, x, 0, F), (down_exps, d, g, 1, E)):
-        if w is down_exps:
-            ops.glu(g, u, act, out=g)  # [S, F]
-        ops._launch(ops._k("moe.cu", f"moe_mv<{w.fmt}>"), (math.ceil(n / MOE_WARPS), S), 32 * MOE_WARPS,
-                    (*w.args(), sel, np.int32(n_used), xin, np.int32(per_slot), np.int32(w.k), np.int32(n), dst))
+    if T > PREFILL_T:  # prefill: slots grouped by expert, fp16 cuBLAS GEMMs (ops/cuda/moe_prefill.py)
+        from .moe_prefill import expert_ffn
+
+        expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, n_used, act, d)
+    else:
+        for w, dst, xin, per_slot, n in ((gate_exps, g, x, 0, F), (up_exps, u, x, 0, F), (down_exps, d, g, 1, E)):
+            if w is down_exps:
+                ops.glu(g, u, act, out=g)  # [S, F]
+            ops._launch(ops._k("moe.cu", f"moe_mv<{w.fmt}>"), (math.ceil(n / MOE_WARPS), S), 32 * MOE_WARPS,
+                        (*w.args(), sel, np.int32(n_used), xin, np.int32(per_slot), np.int32(w.k), np.int32(n), dst))
     ops._launch(ops._k("moe.cu", "moe_combine"), (math.ceil(E / 128), T), 128,
                 (d, wts, np.int32(n_used), np.int32(E), residual if residual is not None else np.uintp(0), out))

@@ -1,0 +1,150 @@
+"""kernel_check cases of the decode-path kernels: split-K attention (attn_split / attn_combine),
+register-resident RMSNorm (rmsnorm_reg) and RoPE with the fused qk-norm (rope_kv).
+
+Two kinds of case: against the NumPy reference (tolerance of the op class), and bit-identity of a
+T-row launch with T one-row launches ("exact"): row t of a verify step must equal a decode step at
+position p0 + t bit for bit (ARCHITECTURE: summation order contract). Depths straddle the split
+unit (ops/cuda/attn.py ATTN_CHUNK) and the point where splits start to grow (CH * max_splits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from .kernel_check import Result, compare
+from .ops.cuda.attn import ATTN_CHUNK, default_max_splits
+
+Case = Callable[[str, object, object, np.random.Generator], Result]
+
+
+def _dev(cu, a):
+    return cu._put(np.ascontiguousarray(a))
+
+
+def _pos(cu, p):
+    return _dev(cu, np.array([p], np.int32))
+
+
+def _attn_inputs(rng, T, Hkv, G, D, p0, extra=5):
+    H, S = Hkv * G, p0 + T + extra
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+    vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+    return q, kc, vc
+
+
+def attn_ref_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
+    """cuda attention vs the float64-softmax reference."""
+    def run(name, ref, cu, rng):
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        want = np.empty(q.shape, np.float32)
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
+        ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
+        out = cu.zeros(q.shape)
+        cu.attention(_dev(cu, q), _dev(cu, kc), _dev(cu, vc), _pos(cu, p0), out=out, **kw)
+        return compare(name, "attention", cu.to_host(out), want)
+    return run
+
+
+def attn_rows_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
+    """Row t of one T-row launch == a T = 1 launch at position p0 + t, bit for bit."""
+    def run(name, ref, cu, rng):
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
+        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
+        many = cu.zeros(q.shape)
+        cu.attention(qd, kd, vd, _pos(cu, p0), out=many, **kw)
+        ones = [cu.zeros((1, *q.shape[1:])) for _ in range(T)]
+        for t in range(T):
+            cu.attention(qd[t:t + 1], kd, vd, _pos(cu, p0 + t), out=ones[t], **kw)
+        return compare(name, "exact", np.concatenate([cu.to_host(o) for o in ones]), cu.to_host(many))
+    return run
+
+
+def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
+    """rmsnorm of `rows` rows vs the reference, and bitwise equal to one-row launches (out and x)."""
+    def run(name, ref, cu, rng):
+        x = (rng.standard_normal((rows, K)) * 3).astype(np.float32)
+        w = rng.standard_normal(K).astype(np.float32)
+        a = rng.standard_normal((rows, K)).astype(np.float32) if add else None
+        xr, want = x.copy(), np.empty_like(x)
+        ref.rmsnorm(xr, w, 1e-6, out=want, add=a)
+        wd, ad = _dev(cu, w), None if a is None else _dev(cu, a)
+        xd, out = _dev(cu, x), cu.zeros(x.shape)
+        cu.rmsnorm(xd, wd, 1e-6, out=out, add=ad)
+        x1, out1 = _dev(cu, x), cu.zeros(x.shape)
+        for t in range(rows):
+            cu.rmsnorm(x1[t:t + 1], wd, 1e-6, out=out1[t:t + 1], add=None if ad is None else ad[t:t + 1])
+        got = np.concatenate([cu.to_host(out).ravel(), cu.to_host(xd).ravel()])
+        r = compare(name, "elementw", got, np.concatenate([want.ravel(), xr.ravel()]))
+        if not r.ok:
+            return r
+        one = np.concatenate([cu.to_host(out1).ravel(), cu.to_host(x1).ravel()])
+        return compare(name + " ==rows", "exact", one, got)
+    return run
+
+
+def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True) -> Case:
+    """rope_kv with the fused qk-norm vs the reference (norm then rope), plus T-row == one-row bitwise."""
+    def run(name, ref, cu, rng):
+        S = p0 + T + 3
+        q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
+        k = (rng.standard_normal((T, Hkv, D)) * 2).astype(np.float32)
+        v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+        qn = rng.standard_normal(D).astype(np.float32) if q_norm else None
+        kn = rng.standard_normal(D).astype(np.float32) if k_norm else None
+        kw = dict(base=1e6, freq_scale=1.0, rope_dim=rope_dim, mode=mode, norm_eps=1e-6)
+        kc, vc, qr, kr = np.zeros((Hkv, S, D), np.float32), np.zeros((Hkv, S, D), np.float32), q.copy(), k.copy()
+        ref.rope_kv(qr, kr, v, np.array([p0], np.int32), kc, vc, q_norm=qn, k_norm=kn, **kw)
+        dn = dict(q_norm=None if qn is None else _dev(cu, qn), k_norm=None if kn is None else _dev(cu, kn))
+        qd, kd, vd = _dev(cu, q), _dev(cu, k), _dev(cu, v)
+        kcd, vcd = cu.zeros((Hkv, S, D)), cu.zeros((Hkv, S, D))
+        cu.rope_kv(qd, kd, vd, _pos(cu, p0), kcd, vcd, **dn, **kw)
+        got = [cu.to_host(a).ravel() for a in (qd, kd, kcd, vcd)]
+        r = compare(name, "elementw", np.concatenate(got), np.concatenate([a.ravel() for a in (qr, kr, kc, vc)]))
+        if not r.ok:
+            return r
+        q1, kc1, vc1 = _dev(cu, q), cu.zeros((Hkv, S, D)), cu.zeros((Hkv, S, D))
+        for t in range(T):
+            cu.rope_kv(q1[t:t + 1], kd[t:t + 1], vd[t:t + 1], _pos(cu, p0 + t), kc1, vc1, **dn, **kw)
+        one = np.concatenate([cu.to_host(a).ravel() for a in (q1, kc1, vc1)])
+        return compare(name + " ==rows", "exact", one, np.concatenate([got[0], got[2], got[3]]))
+    return run
+
+
+def cases() -> Iterator[tuple[str, Case]]:
+    c = ATTN_CHUNK
+    # depths straddling one and two split units (single split writes the output itself: p < c)
+    for p0 in (0, c - 2, c - 1, c, c + 1, 2 * c - 1, 2 * c, 5 * c + 3):
+        yield f"attn D=128 G=4 T=1 pos={p0} (unit {c})", attn_ref_case(128, 4, 1, p0)
+    # long depth where the keys per split grow past the unit (CH * max_splits keys; Hkv=8 on 132 SMs: 66)
+    grow = c * default_max_splits(8, 132)
+    for p0 in (grow - 1, grow + 5, 2 * grow + 77):
+        yield f"attn D=128 G=4 Hkv=8 T=1 pos={p0} (splits grow)", attn_ref_case(128, 4, 1, p0, Hkv=8)
+    for G in range(1, 9):
+        D = 128 if G in (1, 2, 4, 8) else 64
+        yield f"attn D={D} G={G} T=1 pos=100", attn_ref_case(D, G, 1, 100)
+    yield "attn D=256 G=4 T=1 pos=300 softcap=50", attn_ref_case(256, 4, 1, 300, softcap=50.0)
+    yield "attn D=128 G=2 T=1 pos=700 window=128", attn_ref_case(128, 2, 1, 700, window=128)
+    yield "attn D=64 G=3 T=9 pos=60 window=40", attn_ref_case(64, 3, 9, 60, window=40)
+    yield "attn D=256 G=4 T=4 pos=1030 window=512 softcap=30", attn_ref_case(256, 4, 4, 1030, 512, 30.0)
+    yield "attn D=128 G=4 T=16 pos=4000", attn_ref_case(128, 4, 16, 4000)
+    # verify rows == decode rows, bit for bit (T = 2..9, across unit and window edges)
+    for T in range(2, 10):
+        yield f"attn rows==decode D=128 G=4 T={T} pos={c - T // 2}", attn_rows_case(128, 4, T, c - T // 2)
+    yield "attn rows==decode D=64 G=7 T=9 pos=1000", attn_rows_case(64, 7, 9, 1000)
+    yield "attn rows==decode D=128 G=2 T=5 pos=300 window=64", attn_rows_case(128, 2, 5, 300, window=64)
+    yield "attn rows==decode D=256 G=4 T=3 pos=90 softcap=50", attn_rows_case(256, 4, 3, 90, softcap=50.0)
+    yield f"attn rows==decode D=128 G=4 Hkv=8 T=6 pos={grow - 3} (grow)", \
+        attn_rows_case(128, 4, 6, grow - 3, Hkv=8)
+    for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):
+        for add in (False, True):
+            yield f"rmsnorm_reg K={K}{' +add' if add else ''} rows=5", rmsnorm_rows_case(K, add)
+    for mode, T, H, Hkv, D, rd, p0, qn, kn in (
+            ("neox", 1, 16, 8, 128, 128, 63, True, True), ("neox", 5, 32, 8, 128, 128, 4093, True, True),
+            ("neox", 3, 4, 1, 256, 256, 17, True, True), ("norm", 2, 6, 2, 64, 32, 77, True, True),
+            ("neox", 4, 8, 2, 128, 64, 1000, True, False), ("norm", 1, 9, 3, 64, 64, 517, False, False)):
+        yield f"rope_kv+qknorm {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}" \
+              f"{'' if qn else ' -qn'}{'' if kn else ' -kn'}", rope_norm_case(mode, T, H, Hkv, D, rd, p0, qn, kn)

@@ -1,0 +1,86 @@
+"""kernel_check cases of the prefill paths (T > 16): the fp16 cuBLAS GEMM (ops/cuda/prefill.py,
+kernels/prefill_gemm.cu) in both precisions, and the flash prefill attention
+(kernels/attention_prefill.cu) at chunk starts 0 and > 0, sliding windows, softcap, G = 1..8 and
+head dims 64/128/256, and the grouped-expert MoE prefill (ops/cuda/moe_prefill.py). Run alone on a GPU with `bw24 kernel-check --only prefill`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType as Q
+
+from .kernel_cases import Case, _dev, _k_for, _weight, attention_case, moe_case
+from .kernel_check import compare
+from .ops.cuda.repack import SUPPORTED
+
+
+def gemm_case(qt, T: int, bias: bool, residual: bool, softcap: float = 0.0, precision: str = "split",
+              n: int = 333, scratch: int | None = None, x_scale: float = 1.0, k: int | None = None) -> Case:
+    """cu.matmul at T > 16 vs ref.matmul (+ softcap as ref.logits applies it). `scratch` shrinks
+    PREFILL_SCRATCH so the weight is walked in several row chunks; x_scale pushes |x| past fp16's range
+    (the per-row power-of-two scale must absorb it). With K >= 2048 the weight decodes on the q8 path
+    (launch.default_path), so the prefill must see x rounded as quantize_x does: the reference is then
+    matmul_q8_ref (fp64 product of the dequantized weight and the dequantized activation)."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda import prefill
+        from .ops.cuda.launch import default_path
+        from .ops.cuda.q8 import matmul_q8_ref
+
+        kk = k or _k_for(qt)
+        ti = _weight(qt, n, kk, rng, name)
+        x = (rng.standard_normal((T, kk)) * x_scale).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32) if bias else None
+        r = rng.standard_normal((T, n)).astype(np.float32) if residual else None
+        want = np.empty((T, n), np.float32)
+        if default_path(qt.name, n, kk) == "q8":
+            want = matmul_q8_ref(ti.dequantize(), x, b, r)
+        else:
+            ref.matmul(ref.load_weight(ti), x, out=want, bias=b, residual=None if r is None else r.copy())
+        if softcap:
+            want = (softcap * np.tanh(want.astype(np.float64) / softcap)).astype(np.float32)
+        out = _dev(cu, r) if residual else cu.zeros((T, n))
+        old_p, old_s = cu.prefill_precision, prefill.PREFILL_SCRATCH
+        cu.prefill_precision = precision
+        prefill.PREFILL_SCRATCH = scratch or old_s
+        try:
+            cu.matmul(cu.load_weight(ti), _dev(cu, x), out=out, bias=None if b is None else _dev(cu, b),
+                      residual=out if residual else None, softcap=softcap)  # residual aliases out
+            got = cu.to_host(out)
+        finally:
+            cu.prefill_precision, prefill.PREFILL_SCRATCH = old_p, old_s
+        return compare(name, "matmul" if precision == "split" else "gemm16", got, want)
+    return run
+
+
+def cases() -> Iterator[tuple[str, Case]]:
+    for qt in SUPPORTED:
+        for T, bias, res, cap in ((17, False, False, 0.0), (100, True, True, 0.0), (513, True, False, 30.0)):
+            yield (f"prefill gemm {qt.name:<5} N=333 K={_k_for(qt)} T={T}{' +bias' if bias else ''}"
+                   f"{' +res' if res else ''}{f' softcap={cap:g}' if cap else ''}", gemm_case(qt, T, bias, res, cap))
+    for qt in (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_0):
+        yield f"prefill gemm fp16 {qt.name:<5} N=333 K={_k_for(qt)} T=100 +bias +res", \
+            gemm_case(qt, 100, True, True, precision="fp16")
+    yield "prefill gemm Q4_K N=1001 T=40 in 64 KiB chunks (split)", gemm_case(Q.Q4_K, 40, True, True, n=1001,
+                                                                            scratch=64 << 10)
+    yield "prefill gemm Q8_0 N=1001 T=40 in 64 KiB chunks (fp16)", gemm_case(Q.Q8_0, 40, False, True, n=1001,
+                                                                            scratch=64 << 10, precision="fp16")
+    yield "prefill gemm Q6_K N=333 T=33 |x|~3e5 (row scale)", gemm_case(Q.Q6_K, 33, False, True, x_scale=3e5)
+    for qt, kk in ((Q.Q4_K, 2048), (Q.Q6_K, 4096), (Q.Q8_0, 2048)):  # q8-decoded weights: rounded x
+        yield f"prefill gemm {qt.name:<5} N=333 K={kk} T=40 +bias +res (x as q8)", \
+            gemm_case(qt, 40, True, True, k=kk)
+    for D, G, T, p0, window, softcap in (
+        (64, 3, 17, 0, None, None), (64, 7, 100, 37, None, None), (64, 1, 300, 0, None, None),
+        (64, 5, 40, 1000, 257, None), (64, 3, 77, 64, 32, None),
+        (128, 1, 17, 5, None, None), (128, 2, 129, 0, None, None), (128, 4, 300, 200, None, None),
+        (128, 8, 64, 0, None, 30.0), (128, 6, 33, 500, 100, None), (128, 4, 200, 0, 50, None),
+        (256, 4, 100, 0, None, 50.0), (256, 2, 37, 300, 128, None), (256, 4, 17, 3000, 512, 50.0),
+    ):
+        tag = f"prefill attention D={D} G={G} T={T} pos={p0}"
+        tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
+        yield tag, attention_case(D, G, T, p0, window, softcap)
+    for qt, T, X, k, norm, res in ((Q.Q4_K, 40, 16, 4, True, True), (Q.Q8_0, 100, 128, 8, True, True),
+                                   (Q.Q6_K, 17, 8, 2, False, False), (Q.Q4_0, 64, 60, 6, True, True),
+                                   (Q.F32, 33, 12, 3, True, False)):
+        yield f"prefill moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
+            moe_case(qt, T, X, k, norm, res)

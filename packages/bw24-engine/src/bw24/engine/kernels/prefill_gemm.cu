@@ -1,0 +1,115 @@
+// prefill_gemm.cu: the pieces around the cuBLAS fp16 GEMM of a prefill matmul (T > 16 tokens).
+//
+// Formula: out[t, n] = softcap?( sx[t] * (A[t, :] . B[n, :]) + bias[n] + residual[t, n] ), where
+//   x[t] = sx[t] * (xh[t] + xl[t]) with sx[t] = 2^e a power of two that puts max |x[t]| in
+//   [2^14, 2^15) (no fp16 overflow, exact to undo), xh = fp16(x / sx), xl = fp16(x / sx - xh);
+//   W[n] = wh[n] + 2^-11 wl[n], wh = fp16(W), wl = fp16(2^11 (W - wh)) (the 2^11 keeps wl normal).
+//   "split" precision sums three GEMMs wh.xh + wh.xl + 2^-11 wl.xh (error ~2^-21 relative, like
+//   fp32); "fp16" precision uses wh.xh only (relative rounding 2^-11 on each operand).
+// Thread-to-data mapping: x_to_half: one block per token row, a block max of |x|, then threads
+//   stride the row. dequant_rows_h: one thread per 32-column group (decode_group of quant.cuh,
+//   bit-identical to the fp32 path), 64 B of wh (+ 64 B of wl) written per thread; a row range of
+//   one weight, or the rows of a list of experts (MoE prefill). gemm_epilogue: one thread per output.
+// Bytes moved: x_to_half 4TK read, 2TK (+2TK) written; dequant_rows_h the repacked rows read, 2 (+2)
+//   bytes per weight written; epilogue 4TN read (+4TN residual, +4N bias), 4TN written.
+#include "quant.cuh"
+
+// x [T, K] fp32 -> xh (and xl when non-null) [T, K] fp16, sx [T] = 2^e. blockDim.x <= 1024, % 32 == 0.
+extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half* __restrict__ xh,
+                                     __half* __restrict__ xl, float* __restrict__ sx) {
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    const float* xr = x + (i64)t * K;
+    float m = 0.f;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(xr[i]));
+    m = warp_max(m);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    m = warp_max(m);  // warp 0 holds the row max; every other warp must read it from shared memory
+    __syncthreads();
+    if (threadIdx.x == 0) red[0] = m;
+    __syncthreads();
+    m = red[0];
+    // e = floor(log2 m) - 14, from the exponent bits (exact); m == 0 or denormal keeps e = -14.
+    const int be = (__float_as_int(m) >> 23) & 0xFF;
+    const int e = (be ? be - 127 : 0) - 14;
+    const float inv = ldexpf(1.f, -e);
+    if (threadIdx.x == 0) sx[t] = ldexpf(1.f, e);
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+        const float v = xr[i] * inv;  // exact: a power-of-two scale
+        const __half h = __float2half_rn(v);
+        xh[(i64)t * K + i] = h;
+        if (xl) xl[(i64)t * K + i] = __float2half_rn(v - __half2float(h));
+    }
+}
+
+// x [T, K] -> xr [T, K] = dx * rint(x / dx) per 32-column group, dx = max|x| / 127: the activation
+// exactly as quantize_x (qmatvec_q8.cu) hands it to the q8 decode matvec, so a prefill GEMM of a
+// weight whose decode path is q8 sees the same rounded activations (ops/cuda/launch.py default_path).
+// One warp per (token, group); xr may alias x.
+extern "C" __global__ void x_round_q8(const float* x, int T, int K, float* xr) {
+    const int lane = threadIdx.x & 31;
+    const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // t * G + g
+    if (i >= (i64)T * (K >> 5)) return;
+    const float v = x[32 * i + lane];
+    const float d = __fdiv_rn(warp_max(fabsf(v)), 127.f);
+    xr[32 * i + lane] = d > 0.f ? d * rintf(__fdiv_rn(v, d)) : 0.f;
+}
+
+__device__ __forceinline__ u32 half2_bits(__half2 h) { return *reinterpret_cast<const u32*>(&h); }
+
+// Rows of a repacked weight -> wh (and wl when non-null) [rows, K] fp16. Output row r is source row
+// row0 + r, or with `experts` (MoE prefill) row experts[r / rpe] * rpe + r % rpe: the rpe rows of
+// each listed expert of a stacked [X * rpe, K] weight, back to back.
+template <int FMT>
+__global__ void dequant_rows_h(const void* __restrict__ pa, const void* __restrict__ pb,
+                               const void* __restrict__ pc, const void* __restrict__ pd,
+                               i64 row0, const int* __restrict__ experts, int rpe, int rows, int K,
+                               __half* __restrict__ wh, __half* __restrict__ wl) {
+    const Planes p{pa, pb, pc, pd};
+    const int G = K >> 5;
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)rows * G) return;
+    const int r = (int)(i / G), g = (int)(i % G);
+    const i64 src = experts ? (i64)experts[r / rpe] * rpe + r % rpe : row0 + r;
+    float w[32];
+    decode_group<FMT>(p, src, g, K, w);
+#ifdef BW24_PLANTED_BUG
+    if (g == G - 1) {
+        for (int k = 0; k < 32; ++k) w[k] = 0.f;  // kernel_check canary: the last group of a row dropped
+    }
+#endif
+    u32 hi[16], lo[16];  // packed half2 words (16-byte stores below need no aligned local array)
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const __half2 h = __floats2half2_rn(w[2 * k], w[2 * k + 1]);
+        const float2 back = __half22float2(h);
+        hi[k] = half2_bits(h);
+        lo[k] = half2_bits(__floats2half2_rn(2048.f * (w[2 * k] - back.x), 2048.f * (w[2 * k + 1] - back.y)));
+    }
+    uint4* oh = reinterpret_cast<uint4*>(wh + (i64)r * K + 32 * g);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) oh[k] = make_uint4(hi[4 * k], hi[4 * k + 1], hi[4 * k + 2], hi[4 * k + 3]);
+    if (wl) {
+        uint4* ol = reinterpret_cast<uint4*>(wl + (i64)r * K + 32 * g);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) ol[k] = make_uint4(lo[4 * k], lo[4 * k + 1], lo[4 * k + 2], lo[4 * k + 3]);
+    }
+}
+
+// out[t, n] = softcap?(y[t, n] * sx[t] + bias[n] + residual[t, n]); residual may alias out.
+extern "C" __global__ void gemm_epilogue(const float* __restrict__ y, const float* __restrict__ sx,
+                                         const float* __restrict__ bias, const float* residual, float* out,
+                                         int N, i64 total, float softcap) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const i64 t = i / N;
+        const int n = (int)(i - t * N);
+        float v = y[i] * sx[t];  // exact: a power of two
+        if (bias) v += bias[n];
+        if (residual) v += residual[i];
+        if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+        out[i] = v;
+    }
+}

@@ -1,0 +1,99 @@
+// qdot_q8.cuh: one 32-column group of a repacked weight row against int8-quantized activations,
+// with integer dot products (__dp4a), for qmatvec_q8.cu. Weight planes: quant.cuh; raw loads: qdot.cuh.
+//
+// Activations (quantize_x): xq[j] = rint(x[j] / dx), dx = max|x| / 127 per group, in natural order,
+// plus the group's integer sums sx0 = sum_{j<16} xq[j], sx1 = sum_{j>=16} xq[j] (int16 each).
+// Byte j of a nibble group is q_j | q_{j+16} << 4, so word k & 0x0F0F0F0F holds q[4k..4k+3] and
+// (word k >> 4) & 0x0F0F0F0F holds q[4k+16..4k+19]: both line up with xq words k and 4 + k.
+// Per group (all sums exact integers, then one fp32 scale product):
+//   Q8_0: dw dx I            Q4_0 / Q5_0: dw dx (I - 8|16 S)         Q4_1: dw dx I + m dx S
+//   Q4_K/Q5_K: (d sc) dx I - (dmin m) dx S      Q6_K: d dx (sc0 (I0 - 32 S0) + sc1 (I1 - 32 S1))
+// with I = sum q xq (unsigned codes), S = sx0 + sx1. The only error vs the reference computed on
+// the dequantized activations is fp32 rounding of these few products and of the group sums.
+#pragma once
+#include "qdot.cuh"
+
+// bits 0..3 of h -> bit 4 of bytes 0..3 (the four partial products occupy disjoint bits: no carries).
+__device__ __forceinline__ u32 spread1(u32 h) { return ((h & 0xFu) * 0x00204081u & 0x01010101u) << 4; }
+
+// 2-bit fields 0..3 of h (bits 0..7) -> bits 4..5 of bytes 0..3.
+__device__ __forceinline__ u32 spread2(u32 h) {
+    const u32 t = (h | (h << 12)) & 0x000F000Fu;  // fields 0,1 at bits 0..3, fields 2,3 at 16..19
+    return ((t | (t << 6)) & 0x03030303u) << 4;
+}
+
+struct XQ {  // one group of one token's quantized activations
+    int v[8];
+    float d;
+    int s0, s1;
+};
+
+__device__ __forceinline__ void load_xq(const i8* __restrict__ xq, const int2* __restrict__ xs, int t, int K,
+                                        int g, XQ& x) {
+    const int4* p = reinterpret_cast<const int4*>(xq + (i64)t * K + 32 * g);
+    const int4 a = __ldg(p), b = __ldg(p + 1);
+    x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w;
+    x.v[4] = b.x; x.v[5] = b.y; x.v[6] = b.z; x.v[7] = b.w;
+    const int2 m = __ldg(xs + (i64)t * (K >> 5) + g);
+    x.d = __int_as_float(m.x);
+    x.s0 = (int)(short)(m.y & 0xFFFF);
+    x.s1 = m.y >> 16;
+}
+
+// I0 (columns < 16) and I1 (>= 16) for the 4/5/6-bit codes.
+template <int FMT>
+__device__ __forceinline__ void nib_idot(const GRaw<FMT>& r, const XQ& x, int& a, int& b) {
+    const u32 w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        u32 lo = w[k] & 0x0F0F0F0Fu, hi = (w[k] >> 4) & 0x0F0F0F0Fu;
+        if constexpr (FMT == FMT_Q5_0 || FMT == FMT_Q5_K) {
+            lo |= spread1(r.s1 >> (4 * k));
+            hi |= spread1(r.s1 >> (16 + 4 * k));
+        }
+        if constexpr (FMT == FMT_Q6_K) {
+            lo |= spread2((r.s1 >> (8 * k)) & 0xFFu);
+            hi |= spread2((r.s2 >> (8 * k)) & 0xFFu);
+        }
+        a = __dp4a((int)lo, x.v[k], a);
+        b = __dp4a((int)hi, x.v[4 + k], b);
+    }
+}
+
+template <int FMT>
+constexpr bool q8_ok() { return FMT >= FMT_Q8_0 && FMT <= FMT_Q6_K; }
+
+template <int FMT>
+__device__ __forceinline__ float group_dot_q8(const GRaw<FMT>& r, const XQ& x) {
+    static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");
+    int a = 0, b = 0;
+    if constexpr (FMT == FMT_Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            int& acc = i == 0 ? a : b;
+            acc = __dp4a((int)r.v[i].x, x.v[4 * i], acc);
+            acc = __dp4a((int)r.v[i].y, x.v[4 * i + 1], acc);
+            acc = __dp4a((int)r.v[i].z, x.v[4 * i + 2], acc);
+            acc = __dp4a((int)r.v[i].w, x.v[4 * i + 3], acc);
+        }
+        return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b);
+    } else {
+        nib_idot<FMT>(r, x, a, b);
+        const int S = x.s0 + x.s1;
+        if constexpr (FMT == FMT_Q4_0) {
+            return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b - 8 * S);
+        } else if constexpr (FMT == FMT_Q5_0) {
+            return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b - 16 * S);
+        } else if constexpr (FMT == FMT_Q4_1) {
+            return fmaf(h2f(r.s0 & 0xFFFF) * x.d, (float)(a + b), (h2f(r.s0 >> 16) * x.d) * (float)S);
+        } else if constexpr (FMT == FMT_Q4_K || FMT == FMT_Q5_K) {
+            const float s = h2f(r.s2 & 0xFFFF) * (float)(r.s0 & 0xFF);
+            const float mn = h2f(r.s2 >> 16) * (float)((r.s0 >> 8) & 0xFF);
+            return fmaf(s * x.d, (float)(a + b), -((mn * x.d) * (float)S));
+        } else {  // Q6_K: integer total, |.| < 2^24 for realistic scales (exact); one rounding otherwise
+            const int sc0 = (int)(i8)(r.s0 & 0xFF), sc1 = (int)(i8)((r.s0 >> 8) & 0xFF);
+            const int I = sc0 * (a - 32 * x.s0) + sc1 * (b - 32 * x.s1);
+            return (h2f(r.s3 & 0xFFFF) * x.d) * (float)I;
+        }
+    }
+}

@@ -1,0 +1,121 @@
+// qmatvec_q8.cu: quantized matvec with int8 activations and dp4a (decode / speculative verify).
+//
+// Formula: out[t, n] = softcap?( sum_g dot_g(W[n, g], xq[t, g]) + bias[n] + residual[t, n] ),  t < T <= NT,
+// where quantize_x first maps x [T, K] fp32 to xq int8 [T, K] with one scale per 32-column group:
+//   dx = max_j |x_j| / 127 (IEEE division), xq_j = rint(x_j / dx) (round half to even; dx = 0 -> 0),
+//   plus the group's integer sums of xq over columns 0-15 and 16-31 (offsets, minimums, Q6_K halves).
+// dot_g is an exact integer dot product (dp4a on the repacked weight bytes) times the group's scales
+// in fp32 (qdot_q8.cuh); this replaces the float path's ~3 instructions per 4-bit weight by ~0.6.
+//
+// Thread-to-data mapping: as qmatvec.cu: a block of W warps owns R consecutive rows; thread i walks
+// groups g = i, i + 32W, ..., loads that group of all R rows (16-byte streaming loads), then reads
+// the group's 32 quantized activations (32 B + 8 B, L1-cached: shared by all blocks of an SM) once
+// per token for the R rows. Each thread touches a group of x only once, so staging x in shared
+// memory would buy no reuse; reading it straight from L1 keeps K and NT free of smem limits.
+// Partial sums: warp shuffle tree, then across warps in warp order. The summation order depends on
+// (W, K) only, never on R or T, and quantize_x is per (t, g): row t of a T-token launch is
+// bit-identical to the T = 1 launch (speculative verify == decode).
+//
+// Bytes moved (HBM): the repacked weight once, plus T*K*1.25 of xq (L2/L1) and T*N*4 out.
+// quantize_x: T*K*4 read, T*K*1.25 written.
+#include "qdot_q8.cuh"
+
+// One warp per (token, group): lane j owns x_j. Grid: ceil(T*G / (blockDim/32)) blocks.
+extern "C" __global__ void quantize_x(const float* __restrict__ x, int T, int K, i8* __restrict__ xq,
+                                      int2* __restrict__ xs) {
+    const int G = K >> 5, lane = threadIdx.x & 31;
+    const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // t * G + g
+    if (i >= (i64)T * G) return;
+    const float v = x[32 * i + lane];
+    const float amax = warp_max(fabsf(v));
+    const float d = __fdiv_rn(amax, 127.f);
+    const int q = d > 0.f ? (int)rintf(__fdiv_rn(v, d)) : 0;
+    xq[32 * i + lane] = (i8)q;
+    int s = q;  // sums over lanes 0-15 and 16-31 (exact integers: order is irrelevant)
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+    const int s1 = __shfl_sync(FULL_MASK, s, 16);
+    if (lane == 0) xs[i] = make_int2(__float_as_int(d), (int)(((u32)s & 0xFFFFu) | ((u32)s1 << 16)));
+}
+
+template <int FMT, int W, int R, int NT>
+__device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict__ xq, const int2* __restrict__ xs,
+                                          int K, int N, int T, const float* __restrict__ bias,
+                                          const float* residual, float* out, float softcap, int row0, float* red) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int G = K >> 5;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+#ifdef BW24_PLANTED_BUG
+    const int G_END = G - 1;  // kernel_check canary: an off-by-one that drops the last group
+#else
+    const int G_END = G;
+#endif
+#pragma unroll 2
+    for (int g = tid; g < G_END; g += 32 * W) {
+        GRaw<FMT> raw[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t < T) {
+                XQ xg;
+                load_xq(xq, xs, t, K, g, xg);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r][t] += group_dot_q8<FMT>(raw[r], xg);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0) red[warp * R * NT + r * NT + t] = v;
+        }
+    __syncthreads();
+    if (tid < R * NT) {
+        const int r = tid / NT, t = tid % NT, n = row0 + r;
+        float v = red[tid];
+#pragma unroll
+        for (int w = 1; w < W; ++w) v += red[w * R * NT + tid];
+        if (t < T && n < N) {
+            if (bias) v += bias[n];
+            if (residual) v += residual[(i64)t * N + n];
+            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+            out[(i64)t * N + n] = v;
+        }
+    }
+}
+
+template <int FMT, int W, int R, int NT>
+__global__ void __launch_bounds__(W * 32)
+qmv8(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
+     const void* __restrict__ pd, const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int N, int T,
+     const float* __restrict__ bias, const float* residual, float* out, float softcap) {
+    __shared__ float red[W * R * NT];
+    qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, bias, residual, out, softcap,
+                             blockIdx.x * R, red);
+}
+
+// Up to three weights [N0|N1|N2, K] of one quantized input (Q/K/V, gate/up); as qmv3 in qmatvec.cu.
+template <int F0, int F1, int F2, int W, int R, int NT>
+__global__ void __launch_bounds__(W * 32)
+qmv8_3(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int nb0, int nb1,
+       const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
+       const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
+       const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2) {
+    __shared__ float red[W * R * NT];
+    const int b = blockIdx.x;
+    if (b < nb0)
+        qmv8_rows<F0, W, R, NT>(Planes{a0, b0, c0, d0}, xq, xs, K, N0, T, bias0, nullptr, out0, 0.f, b * R, red);
+    else if (b < nb0 + nb1)
+        qmv8_rows<F1, W, R, NT>(Planes{a1, b1, c1, d1}, xq, xs, K, N1, T, bias1, nullptr, out1, 0.f,
+                                (b - nb0) * R, red);
+    else
+        qmv8_rows<F2, W, R, NT>(Planes{a2, b2, c2, d2}, xq, xs, K, N2, T, bias2, nullptr, out2, 0.f,
+                                (b - nb0 - nb1) * R, red);
+}

@@ -1,0 +1,74 @@
+"""Decode/verify attention launch (kernels/attention.cu: attn_split<D, DV, G, CH> + attn_combine).
+
+Split geometry: CH keys per split unit (a template constant) and at most `max_splits` splits (the
+grid's y size; x is the kv head, so the live low splits are scheduled before the dead ones). The
+kernel picks the keys per split from the live range alone (p = pos + t), so a row's arithmetic never
+depends on T: speculative verify rows equal decode rows bit for bit, and one launch shape serves
+every position (graph replay). Both come from the tuning table's
+"attention" / "decode" default ({"chunk": CH, "max_splits": n}) when present, else the defaults below.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ...errors import UnsupportedModelError
+from .kernels import ATTN_CHUNKS  # CH values CI compiles (tuning-table choices)
+
+ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
+BLOCKS_PER_SM = 4  # long contexts: ~4 blocks of 4 warps per SM, each streaming 16-byte K/V loads
+
+
+@functools.cache
+def _sm_count() -> int:
+    import cupy as cp
+
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def default_max_splits(hkv: int, n_sm: int) -> int:
+    """Enough (split, kv head) blocks to cover the GPU ~4 times at T = 1, and bounded partials."""
+    return max(16, min(256, math.ceil(BLOCKS_PER_SM * n_sm / hkv)))
+
+
+def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None) -> tuple[int, int]:
+    """(CH, grid splits ns) for a cache of S keys. Never a function of T (bit-identical rows)."""
+    cfg = (tuning.config("attention", "decode") if tuning is not None else None) or {}
+    ch = cfg.get("chunk", ATTN_CHUNK)
+    ch = ch if ch in ATTN_CHUNKS else ATTN_CHUNK  # a table entry outside the compiled set: default
+    maxs = cfg.get("max_splits")
+    if not isinstance(maxs, int) or maxs < 1:
+        maxs = default_max_splits(hkv, n_sm if n_sm is not None else _sm_count())
+    return ch, max(1, min(math.ceil(S / ch), maxs))
+
+
+def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
+    """A chunk for memory.plan whose ceil(n_ctx / chunk) bounds the grid splits from above."""
+    _, ns = attn_geometry(tuning, n_ctx, hkv, n_sm)
+    return max(1, n_ctx // ns)
+
+
+def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
+    T, H, D = q.shape
+    Hkv, S, Dv = v_cache.shape
+    G = H // Hkv
+    assert H % Hkv == 0 and k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
+    assert all(a.flags.c_contiguous for a in (q, k_cache, v_cache, out))
+    if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
+        raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
+    ch, ns = attn_geometry(getattr(cu.qmv_configs, "tuning", None), S, Hkv)
+    ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
+    acc = cu._buf("attn_acc", T * H * ns * Dv)
+    w = np.int32(window or 0)
+    cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
+               (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
+                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out))
+    block = max(32, min(256, 32 * math.ceil(Dv / 32)))
+    cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,
+               (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out))
+
+
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "attention", "attn_geometry", "plan_chunk"]

@@ -1,0 +1,62 @@
+"""RMSNorm and RoPE(+qk-norm) launch geometry (kernels/norm.cu, kernels/rope.cu).
+
+Block sizes and values per thread are functions of the row length alone, never of the number of
+rows: a row's summation order is the same in a T-row verify step and a T = 1 decode step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .kernels import NORM_NV  # vectors per thread held in registers (rmsnorm_reg<VW, NV>)
+from .weights import NULL
+
+NORM_THREADS = 512  # at most 512 threads per row (norm.cu launch bounds); more values per thread beyond
+ROPE_SLOTS = 4  # rope.cu RS: (pair) slots per thread
+
+
+def rmsnorm_config(K: int, aligned: bool) -> tuple[str, int]:
+    """(kernel name, threads) for rows of K floats; aligned: every row starts on 16 bytes."""
+    vw = 4 if K % 4 == 0 and aligned else 1
+    n = K // vw
+    for nv in NORM_NV:
+        threads = 32 * math.ceil(n / nv / 32)
+        if threads <= NORM_THREADS:
+            return f"rmsnorm_reg<{vw},{nv}>", threads
+    return "rmsnorm", 1024  # rows longer than 512 * 16 vectors: the strided fallback
+
+
+def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
+    K = x.shape[-1]
+    assert w.shape == (K,) and out.shape == x.shape and x.flags.c_contiguous and out.flags.c_contiguous
+    if add is not None:
+        assert add.shape == x.shape and add.flags.c_contiguous
+    arrs = (x, w, out) if add is None else (x, w, out, add)
+    name, block = rmsnorm_config(K, all(a.data.ptr % 16 == 0 for a in arrs))
+    cu._launch(cu._k("norm.cu", name), (x.size // K,), block,
+               (x, NULL if add is None else add, w, out, np.int32(K), np.float32(eps)))
+
+
+def rope_block(D: int, Dv: int) -> int:
+    """Threads per (token, head) block: one D/2 slot each up to 128 threads, then up to RS slots."""
+    return min(128, max(32, 32 * math.ceil(max(D // 2, Dv) / 32)))
+
+
+def rope_kv(cu, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode, q_norm=None, k_norm=None,
+            norm_eps=None) -> None:
+    T, H, D = q.shape
+    Hkv, S, Dv = v_cache.shape
+    assert k.shape == (T, Hkv, D) and v.shape == (T, Hkv, Dv) and k_cache.shape == (Hkv, S, D)
+    assert rope_dim % 2 == 0 and rope_dim <= D and D % 2 == 0
+    for nw in (q_norm, k_norm):
+        assert nw is None or nw.shape == (D,)
+    block = rope_block(D, Dv)
+    if D // 2 > ROPE_SLOTS * block:
+        raise ValueError(f"rope_kv: head dim {D} exceeds {2 * ROPE_SLOTS * block} (rope.cu RS)")
+    cu._launch(cu._k("rope.cu", "rope_kv"), (T, H + Hkv), block,
+               (q, k, v, pos, k_cache, v_cache, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S),
+                np.int32(rope_dim), np.int32(mode == "neox"), np.float64(base), np.float64(freq_scale),
+                NULL if q_norm is None else q_norm, NULL if k_norm is None else k_norm,
+                np.float32(norm_eps or 0.0)))

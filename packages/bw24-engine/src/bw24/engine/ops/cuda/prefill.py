@@ -1,0 +1,158 @@
+"""Prefill (T > 16 tokens) paths of CudaOps: fp16 cuBLAS GEMM over dequantized weight chunks
+(kernels/prefill_gemm.cu) and flash-style causal attention (kernels/attention_prefill.cu).
+
+GEMM precision (CudaOps.prefill_precision; numbers: benchmarks/emulate_fp16_prefill.py):
+- "split" (default): x = sx (xh + xl), W = wh + 2^-11 wl with fp16 halves; y = wh.xh + wh.xl +
+  2^-11 wl.xh in three fp16 tensor-core GEMMs with fp32 accumulation. Relative error ~2^-21 per
+  product, like fp32, so the run-gen gate keeps its 1e-2 logit tolerance.
+- "fp16": y = wh.xh only (3x fewer FLOPs). fp16 keeps 11 significant bits; a dequantized weight is
+  (d*sc)*q - dmin*m (Q4_K/Q5_K), d*sc*q (Q6_K), d*q (Q8_0/Q4_0/Q5_0), d*q + m (Q4_1) with d an fp16
+  and sc/m 6-bit (or int8) scales: the products need up to ~21 bits, so wh is rounded (relative error
+  <= 2^-11 = 4.9e-4 per weight; only F16 weights are exact), and x likewise. Measured (CPU-emulated):
+  rel 2-3e-4 per GEMM on random weights of every quant type; last-position logits vs decode up to
+  3.7e-2 on smollm2-135m, above the gate's 1e-2 (split: 5e-5, as fp32's 4e-5).
+Activations: for a weight whose decode matvec runs on int8 activations (launch.default_path: K >= 2048
+or a vocabulary head), x is first rounded exactly as quantize_x does (x_round_q8), so the prefill and
+decode of that weight compute the same product and the run-gen gate compares like with like.
+Scratch: PREFILL_SCRATCH bytes of fp16 weight halves per chunk, T*N fp32 result, T*K*2*2 x halves,
+T*K*4 rounded x.
+Nothing here is graph-captured (prefill runs eagerly; CuPy cannot capture cuBLAS).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import UnsupportedModelError
+from .weights import NULL
+
+PREFILL_SCRATCH = 64 << 20  # bytes of dequantized fp16 weight (hi, and lo when split) per GEMM chunk
+PRECISIONS = ("split", "fp16")
+ATTN_RW = 8  # query rows per warp of attn_prefill (block = 4 warps = 32 rows)
+_ONE, _ZERO, _LO = (np.array([v], np.float32) for v in (1.0, 0.0, 2.0**-11))  # host alpha/beta (kept alive)
+
+
+def gemm_rows(K: int, split: bool) -> int:
+    """Weight rows per chunk: PREFILL_SCRATCH bytes of fp16 halves (x2 when split)."""
+    return max(1, PREFILL_SCRATCH // (2 * K * (2 if split else 1)))
+
+
+def _cublas_gemm(ops, w16, x16, y, r: int, T: int, K: int, ldc: int, alpha, beta, batch: int = 1,
+                 stride_w: int = 0, stride_x: int = 0, stride_y: int = 0) -> None:
+    """y[T, r] (row stride ldc) (+)= alpha * x16[T, K] @ w16[r, K]^T: fp16 inputs, fp32 compute/output;
+    `batch` such products at element strides stride_w / stride_x / stride_y (MoE experts).
+    Column-major view: C[r, T] = op(A) B with A = w16 as [K, r] transposed, B = x16 as [K, T]."""
+    from cupy.cuda import device
+    from cupy_backends.cuda.api import runtime
+    from cupy_backends.cuda.libs import cublas
+
+    h = device.get_cublas_handle()
+    f16, f32 = runtime.CUDA_R_16F, runtime.CUDA_R_32F
+    wp, xp = _ptr(w16), _ptr(x16)
+    with ops.stream:  # cupy_backends' cuBLAS wrappers bind the handle to the *current* stream
+        cublas.setStream(h, ops.stream.ptr)
+        cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)  # alpha/beta are host floats
+        if batch == 1:
+            cublas.gemmEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, r, T, K, alpha.ctypes.data, wp, f16, K, xp,
+                          f16, K, beta.ctypes.data, y, f32, ldc, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+        else:
+            cublas.gemmStridedBatchedEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, r, T, K, alpha.ctypes.data,
+                                        wp, f16, K, stride_w, xp, f16, K, stride_x, beta.ctypes.data, y, f32, ldc,
+                                        stride_y, batch, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+
+
+def _ptr(a) -> int:
+    return a if isinstance(a, int) else a.data.ptr
+
+
+def to_half(ops, x, split: bool):
+    """x [T, K] fp32 -> (xh, xl or None, sx): fp16 halves of x / sx and the row scales sx = 2^e."""
+    T, K = x.shape
+    xh, sx = ops._buf("gemm_xh", T * K, np.float16), ops._buf("gemm_sx", T)
+    xl = ops._buf("gemm_xl", T * K, np.float16) if split else None
+    ops._launch(ops._k("prefill_gemm.cu", "x_to_half"), (T,), min(1024, 32 * math.ceil(K / 128)),
+                (x, np.int32(K), xh, xl if split else NULL, sx))
+    return xh, xl, sx
+
+
+def round_q8(ops, x):
+    """x [T, K] -> dx * rint(x / dx) per 32-group (x_round_q8), into scratch."""
+    T, K = x.shape
+    xr = ops._buf("gemm_xr", T * K).reshape(T, K)
+    ops._launch(ops._k("prefill_gemm.cu", "x_round_q8"), (math.ceil(T * (K // 32) / 8),), 256, (x, np.int32(T),
+                                                                                            np.int32(K), xr))
+    return xr
+
+
+def products(ops, wh, wl, xh, xl, yp: int, r: int, T: int, K: int, ldc: int, **batched) -> None:
+    """y = wh.xh (fp16) or wl.xh 2^-11 + wh.xl + wh.xh (split: small terms first) into y at yp."""
+    if wl is None:
+        _cublas_gemm(ops, wh, xh, yp, r, T, K, ldc, _ONE, _ZERO, **batched)
+        return
+    _cublas_gemm(ops, wl, xh, yp, r, T, K, ldc, _LO, _ZERO, **batched)
+    _cublas_gemm(ops, wh, xl, yp, r, T, K, ldc, _ONE, _ONE, **batched)
+    _cublas_gemm(ops, wh, xh, yp, r, T, K, ldc, _ONE, _ONE, **batched)
+
+
+def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=0.0) -> None:
+    """out = softcap?(y * sx[row] + bias + residual) over n elements of rows of N."""
+    ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue"), (max(1, min(math.ceil(n / 256), 8192)),), 256,
+                (y, sx, NULL if bias is None else bias, NULL if residual is None else residual, out,
+                 np.int32(N), np.int64(n), np.float32(softcap or 0.0)))
+
+
+def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int = 0) -> None:
+    """rows rows of w (from row0, or the rpe rows of each id in `experts`) -> fp16 wh (+ wl)."""
+    ops._launch(ops._k("prefill_gemm.cu", f"dequant_rows_h<{w.fmt}>"), (math.ceil(rows * (w.k // 32) / 128),), 128,
+                (*w.args(), np.int64(row0), NULL if experts is None else experts, np.int32(rpe), np.int32(rows),
+                 np.int32(w.k), wh, NULL if wl is None else wl))
+
+
+def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None) -> None:
+    """out[T, N] = softcap?(x @ W^T + bias + residual) for T > 16 (residual may alias out); with
+    row0 / n, W is rows [row0, row0 + n) of w (one expert of a stacked [X*N, K] weight)."""
+    if ops.prefill_precision not in PRECISIONS:
+        raise ValueError(f"prefill_precision {ops.prefill_precision!r} not in {PRECISIONS}")
+    split = ops.prefill_precision == "split"
+    T, K, N = x.shape[0], w.k, w.n if n is None else n
+    if n is None and ops.qmv_configs.plan(w.qtype, N, K)[0] == "q8":
+        x = round_q8(ops, x)  # this weight decodes on int8 activations: prefill sees the same values
+    xh, xl, sx = to_half(ops, x, split)
+    rows = min(N, gemm_rows(K, split))
+    wh = ops._buf("gemm_wh", rows * K, np.float16)
+    wl = ops._buf("gemm_wl", rows * K, np.float16) if split else None
+    y = ops._buf("gemm_y", T * N)
+    with ops.stream:
+        for r0 in range(0, N, rows):
+            r = min(rows, N - r0)
+            dequant(ops, w, wh, wl, r, row0=row0 + r0)
+            products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, N)  # column block r0.. of [T, N]
+    epilogue(ops, y, sx, out, N, T * N, bias, residual, softcap)
+
+
+def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
+    """Causal flash attention of T > 16 queries at positions pos[0] .. pos[0] + T - 1."""
+    T, H, D = q.shape
+    Hkv, S, Dv = v_cache.shape
+    G = H // Hkv
+    assert H % Hkv == 0 and k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
+    assert q.flags.c_contiguous and out.flags.c_contiguous and q.dtype == np.float32
+    if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
+        raise UnsupportedModelError(f"cuda prefill attention: head dims {D}/{Dv} with {G} q heads per kv head")
+    rw = attn_rows_per_warp(D)
+    fn = ops._k("attention_prefill.cu", f"attn_prefill<{D},{Dv},{G},{rw}>")
+    ops._launch(fn, (math.ceil(T * G / (4 * rw)), Hkv), 128,
+                (q, k_cache, v_cache, pos, np.int32(T), np.int32(H), np.int32(S), np.float32(scale),
+                 np.float32(softcap or 0.0), np.int32(int(window or 0)), out))
+
+
+def attn_rows_per_warp(D: int) -> int:
+    """RW of attn_prefill: the block's q tile (4 * RW rows of D floats) stays within 32 KB of smem."""
+    return min(ATTN_RW, 2048 // D)
+
+
+def attn_instances(shapes) -> tuple[str, ...]:
+    """Template names of attn_prefill for (D, Dv, G) shapes (the compile set and the dispatch agree)."""
+    return tuple(f"attn_prefill<{d},{dv},{g},{attn_rows_per_warp(d)}>" for d, dv, g in shapes)

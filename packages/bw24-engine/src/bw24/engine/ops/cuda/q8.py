@@ -1,0 +1,95 @@
+"""Launchers of the int8-activation matvec family (kernels/qmatvec_q8.cu) and its NumPy twins.
+
+CudaOps.matmul / matmul_multi call these when the launch config's path is "q8" (ops/cuda/launch.py).
+The quantized activation lives in scratch from ops._buf, sized for QMV_NT[-1] tokens at the first
+(eager) call of each K, so a captured graph and a later verify launch see the same addresses.
+
+`quantize_x_ref` is the bit-exact NumPy twin of the quantize_x kernel (IEEE fp32 division, round
+half to even); `matmul_q8_ref` is the reference the q8 kernels are checked against: the plain
+fp64 product of the dequantized weight with the dequantized activation.
+Shape legend: T tokens, K columns, G = K/32 groups, N rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .kernels import QMV_NT
+from .weights import NULL
+
+QX_WARPS = 8  # groups per quantize_x block (one warp each)
+
+
+def quantize_x_ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x [T, K] fp32 -> (xq int8 [T, K], d fp32 [T, G], sums int32 [T, G, 2] over columns 0-15, 16-31)."""
+    x = np.ascontiguousarray(x, np.float32)
+    T, K = x.shape
+    g = x.reshape(T, K // 32, 32)
+    d = (np.abs(g).max(axis=-1) / np.float32(127)).astype(np.float32)  # fp32 / fp32: correctly rounded
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d[..., None] > 0, np.rint(g / d[..., None]), np.float32(0)).astype(np.int32)
+    s = q.reshape(T, K // 32, 2, 16).sum(axis=-1)
+    return q.astype(np.int8).reshape(T, K), d, s.astype(np.int32)
+
+
+def dequantize_x_ref(x: np.ndarray) -> np.ndarray:
+    """The activation as the q8 kernels see it: d * xq, float64 [T, K]."""
+    xq, d, _ = quantize_x_ref(x)
+    T, K = xq.shape
+    return (xq.reshape(T, K // 32, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, K)
+
+
+def unpack_xs(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Device metadata int32 [T, G, 2] (d bits, s0 | s1 << 16) -> (d fp32 [T, G], sums int32 [T, G, 2])."""
+    xs = np.asarray(xs, np.int32)
+    d = xs[..., 0].copy().view(np.float32)
+    p = xs[..., 1]
+    s0 = (p & 0xFFFF).astype(np.uint16).view(np.int16).astype(np.int32)
+    return d, np.stack([s0, p >> 16], axis=-1)
+
+
+def matmul_q8_ref(wdense: np.ndarray, x: np.ndarray, bias=None, residual=None, softcap: float = 0.0) -> np.ndarray:
+    """out [T, N] = softcap?(dequant(quantize(x)) @ W^T + bias + residual), in float64 then fp32."""
+    y = dequantize_x_ref(x) @ np.asarray(wdense, np.float64).T
+    if bias is not None:
+        y = y + bias
+    if residual is not None:
+        y = y + residual
+    if softcap:
+        y = softcap * np.tanh(y / softcap)
+    return y.astype(np.float32)
+
+
+def quantize(ops, x):
+    """One quantize_x launch for x [T, K]; returns (xq, xs) device views ([T*K] int8, [T*G*2] int32)."""
+    T, K = x.shape
+    G = K // 32
+    cap = max(T, QMV_NT[-1])
+    xq = ops._buf("q8_x", cap * K, np.int8)[: T * K]
+    xs = ops._buf("q8_s", cap * G * 2, np.int32)[: T * G * 2]
+    ops._launch(ops._k("qmatvec_q8.cu", "quantize_x"), (math.ceil(T * G / QX_WARPS),), 32 * QX_WARPS,
+                (x, np.int32(T), np.int32(K), xq, xs))
+    return xq, xs
+
+
+def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> None:
+    T, K = x.shape
+    xq, xs = quantize(ops, x)
+    fn = ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>")
+    ops._launch(fn, (math.ceil(w.n / R),), 32 * W,
+                (*w.args(), xq, xs, np.int32(K), np.int32(w.n), np.int32(T), NULL if bias is None else bias,
+                 NULL if residual is None else residual, out, np.float32(softcap or 0.0)))
+
+
+def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
+    """parts: three (weight, out, bias) (the third may be empty: nb[2] = 0), as CudaOps.matmul_multi builds."""
+    T, K = x.shape
+    xq, xs = quantize(ops, x)  # once for all the weights of this input
+    fmts = ",".join(str(w.fmt) for w, _, _ in parts)
+    fn = ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>")
+    args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
+    for i, (w, o, b) in enumerate(parts):
+        args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
+    ops._launch(fn, (sum(nb),), 32 * W, tuple(args))

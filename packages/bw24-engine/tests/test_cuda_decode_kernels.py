@@ -1,0 +1,204 @@
+"""CI (no GPU) for the decode-path kernels of issue 5: attention split geometry and a NumPy twin of
+attn_split/attn_combine's algorithm (chunking, masking, per-round online softmax, warp merge,
+combine) against the reference; rmsnorm / rope launch geometry; the qk-norm fused into rope_kv
+(reference); and that every template the kernel_check cases dispatch is in the CI compile set.
+The kernels themselves run on the GPU in kernel_check (kernel_cases_attn.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from bw24.engine.kernel_cases_attn import cases as attn_cases
+from bw24.engine.ops.cuda.attn import ATTN_CHUNK, attn_geometry, default_max_splits, plan_chunk
+from bw24.engine.ops.cuda.kernels import COMPILE_SET
+from bw24.engine.ops.cuda.norm import ROPE_SLOTS, rmsnorm_config, rope_block
+from bw24.engine.ops.ref import RefOps
+
+NW = 4  # attention.cu warps per block
+
+
+def chunk_len(n, ch, maxs):  # attention.cu attn_chunk_len
+    return ch * max(1, -(-n // (ch * maxs)))
+
+
+def emulate(q, kc, vc, p0, scale, softcap, window, ch, ns, bug=False):
+    """attn_split + attn_combine's algorithm in float32 (dot products in NumPy order)."""
+    T, H, D = q.shape
+    Hkv, S, DV = vc.shape
+    G, KB = H // Hkv, min(8, 2048 // (D + DV))
+    out = np.zeros((T, H, DV), np.float32)
+    f32 = np.float32
+    for t in range(T):
+        p = p0 + t
+        lo = max(0, p - window + 1) if window else 0
+        c = chunk_len(p - lo + 1, ch, ns)
+        live = -(-(p - lo + 1) // c)
+        assert live <= ns
+        for h in range(H):
+            hk = h // G
+            parts = []
+            for s in range(live):
+                j0 = lo + s * c
+                j1 = min(j0 + c, p + 1) - (1 if bug else 0)
+                warps = []
+                for w in range(NW):
+                    m, ls, acc = f32(-np.inf), f32(0), np.zeros(DV, np.float32)
+                    for r0 in range(j0 + w * KB, j1, NW * KB):
+                        js = [min(r0 + k, j1 - 1) for k in range(KB)]
+                        sc = (kc[hk, js] @ q[t, h]).astype(np.float32) * f32(scale)
+                        if softcap:
+                            sc = f32(softcap) * np.tanh(sc / f32(softcap))
+                        sc = np.where(np.arange(KB) + r0 < j1, sc, -np.inf).astype(np.float32)
+                        mx = max(m, sc.max())
+                        corr, pe = np.exp(f32(m - mx)), np.exp(sc - mx)
+                        ls, acc = ls * corr + pe.sum(dtype=np.float32), acc * corr + pe @ vc[hk, js]
+                        m = mx
+                    warps.append((m, ls, acc))
+                M = max(wm for wm, _, _ in warps)
+                fs = [f32(0) if wm == -np.inf else np.exp(f32(wm - M)) for wm, _, _ in warps]
+                parts.append((M, sum(f * wl for f, (_, wl, _) in zip(fs, warps, strict=True)),
+                              sum(f * wa for f, (_, _, wa) in zip(fs, warps, strict=True))))
+            M = max(pm for pm, _, _ in parts)
+            wts = [np.exp(f32(pm - M)) for pm, _, _ in parts]
+            L = sum(w * pl for w, (_, pl, _) in zip(wts, parts, strict=True))
+            out[t, h] = sum(w * pa for w, (_, _, pa) in zip(wts, parts, strict=True)) / L
+    return out
+
+
+@pytest.mark.parametrize("T,p0,window,softcap,ns", [
+    (1, 0, None, None, 64), (1, 31, None, None, 64), (1, 32, None, None, 64), (3, 62, None, 30.0, 64),
+    (4, 200, 70, None, 64), (2, 300, None, None, 3),  # ns=3: keys per split grow to 128
+    (5, 97, 33, 20.0, 2)])
+def test_split_algorithm_matches_reference(T, p0, window, softcap, ns):
+    rng = np.random.default_rng(p0 + T)
+    Hkv, G, D = 2, 3, 64
+    S = p0 + T + 4
+    q = rng.standard_normal((T, Hkv * G, D)).astype(np.float32)
+    kc, vc = (rng.standard_normal((Hkv, S, D)).astype(np.float32) for _ in range(2))
+    want = np.empty_like(q)
+    RefOps().attention(q, kc, vc, np.array([p0], np.int32), scale=0.125, softcap=softcap, window=window, out=want)
+    got = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if p0 > 0:  # canary: dropping each split's last key is caught
+        bad = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns, bug=True)
+        assert np.abs(bad - want).max() > 1e-3
+
+
+def test_split_geometry_bounds_live_splits_and_ignores_T():
+    for S in (1, 31, 32, 33, 100, 2048, 4096, 40000):
+        for hkv in (1, 2, 8):
+            ch, ns = attn_geometry(None, S, hkv, n_sm=132)
+            assert ch == ATTN_CHUNK and 1 <= ns <= max(default_max_splits(hkv, 132), 1)
+            for p in {0, 1, S // 3, S // 2, S - 1}:
+                c = chunk_len(p + 1, ch, ns)
+                assert c % ch == 0 and -(-(p + 1) // c) <= ns  # live splits fit the grid
+            # memory.plan's split count bounds the grid's from above
+            assert math.ceil(S / plan_chunk(None, S, hkv, n_sm=132)) >= ns
+
+
+def test_geometry_from_tuning_table_and_bad_entries():
+    class Tab:
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def config(self, section, kind, shape=None):
+            return dict(self.cfg) if (section, kind) == ("attention", "decode") else None
+
+    assert attn_geometry(Tab({"chunk": 64, "max_splits": 10}), 4096, 8, n_sm=132) == (64, 10)
+    assert attn_geometry(Tab({"chunk": 48}), 4096, 8, n_sm=132)[0] == ATTN_CHUNK  # not compiled: default
+
+
+@pytest.mark.parametrize("K", [1, 3, 64, 128, 896, 1000, 1024, 4096, 5120, 8191, 8192, 16384, 32768, 32769, 70000])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_rmsnorm_config_covers_the_row(K, aligned):
+    name, threads = rmsnorm_config(K, aligned)
+    assert threads % 32 == 0 and 32 <= threads <= 1024
+    vw = 4 if aligned and K % 4 == 0 else 1
+    if name == "rmsnorm":
+        assert K > 512 * 16 * vw
+        return
+    assert threads <= 512  # norm.cu's launch bounds
+    vw, nv = (int(v) for v in name[len("rmsnorm_reg<"):-1].split(","))
+    assert vw == (4 if aligned and K % 4 == 0 else 1)
+    assert threads * nv * vw >= K and name in COMPILE_SET["norm.cu"]
+
+
+@pytest.mark.parametrize("D,Dv", [(64, 64), (128, 128), (256, 256), (512, 512), (64, 128)])
+def test_rope_block_holds_every_slot(D, Dv):
+    b = rope_block(D, Dv)
+    assert b % 32 == 0 and D // 2 <= ROPE_SLOTS * b
+
+
+@pytest.mark.parametrize("mode,rope_dim", [("neox", 128), ("norm", 64)])
+def test_ref_rope_kv_qk_norm_is_rmsnorm_then_rope(mode, rope_dim):
+    ops, rng = RefOps(), np.random.default_rng(1)
+    T, H, Hkv, D, S, p0 = 3, 4, 2, 128, 16, 5
+    q, k = (rng.standard_normal((T, n, D)).astype(np.float32) for n in (H, Hkv))
+    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    qn, kn = rng.standard_normal(D).astype(np.float32), rng.standard_normal(D).astype(np.float32)
+    kw = dict(base=1e4, freq_scale=1.0, rope_dim=rope_dim, mode=mode)
+    q1, k1, kc1, vc1 = q.copy(), k.copy(), np.zeros((Hkv, S, D), np.float32), np.zeros((Hkv, S, D), np.float32)
+    ops.rope_kv(q1, k1, v, np.array([p0], np.int32), kc1, vc1, q_norm=qn, k_norm=kn, norm_eps=1e-6, **kw)
+    q2, k2, kc2, vc2 = q.copy(), k.copy(), np.zeros_like(kc1), np.zeros_like(vc1)
+    ops.rmsnorm(q2, qn, 1e-6, out=q2)  # the separate calls the forward made before the fusion
+    ops.rmsnorm(k2, kn, 1e-6, out=k2)
+    ops.rope_kv(q2, k2, v, np.array([p0], np.int32), kc2, vc2, **kw)
+    np.testing.assert_array_equal(q1, q2)
+    np.testing.assert_array_equal(kc1, kc2)
+    np.testing.assert_array_equal(k1, k)  # k's buffer is left as it was
+    assert not np.array_equal(kc1[:, p0:p0 + T], np.zeros_like(kc1[:, p0:p0 + T]))
+    with pytest.raises(ValueError, match="norm_eps"):
+        ops.rope_kv(q1, k1, v, np.array([p0], np.int32), kc1, vc1, q_norm=qn, **kw)
+
+
+class _Recorder:
+    """Stands in for CudaOps in the kernel_check cases: records which templates they dispatch."""
+
+    def __init__(self):
+        self.names: set[tuple[str, str]] = set()
+
+    def _put(self, a):
+        return np.array(a)
+
+    def zeros(self, shape, dtype=np.float32):
+        return np.zeros(shape, dtype)
+
+    def to_host(self, a):
+        return np.array(a)
+
+    def attention(self, q, kc, vc, pos, **kw):
+        ch, _ = attn_geometry(None, vc.shape[1], vc.shape[0], n_sm=132)
+        self.names.add(("attention.cu", f"attn_split<{q.shape[2]},{vc.shape[2]},{q.shape[1] // vc.shape[0]},{ch}>"))
+
+    def rmsnorm(self, x, w, eps, *, out, add=None):
+        self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], True)[0]))
+        self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], False)[0]))
+
+    def rope_kv(self, *a, **kw):
+        self.names.add(("rope.cu", "rope_kv"))
+
+
+def test_every_template_the_cases_dispatch_is_compiled_in_ci():
+    rec, ref = _Recorder(), RefOps()
+    names = [n for n, _ in attn_cases()]
+    assert len(names) == len(set(names))
+    for name, run in attn_cases():
+        run(name, ref, rec, np.random.default_rng(0))
+    templ = {(f, n) for f, n in rec.names if "<" in n}
+    assert {f for f, _ in rec.names} == {"attention.cu", "norm.cu", "rope.cu"}
+    missing = {(f, n) for f, n in templ if n not in COMPILE_SET[f]}
+    assert not missing, f"templates dispatched by kernel_check but not compiled in CI: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("neox", [0, 1])
+@pytest.mark.parametrize("D,rope_dim", [(64, 64), (64, 32), (128, 64), (256, 256), (128, 2)])
+def test_rope_slots_cover_every_dim_once(neox, D, rope_dim):
+    """rope.cu's slot -> (i0, i1) map: rope pairs, then pass-through pairs; each dim exactly once."""
+    half, dims = rope_dim // 2, []
+    for i in range(D // 2):
+        i0 = (i if neox else 2 * i) if i < half else rope_dim + 2 * (i - half)
+        i1 = (i + half if neox else 2 * i + 1) if i < half else i0 + 1
+        dims += [i0, i1]
+    assert sorted(dims) == list(range(D))

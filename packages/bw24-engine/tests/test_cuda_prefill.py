@@ -1,0 +1,233 @@
+"""CPU checks of the prefill paths (no GPU needed): a NumPy twin of attention_prefill.cu's tiling
+(warp row blocks, 32-key tiles, causal/window bounds from pos, online softmax) against RefOps, the
+fp16 GEMM precision arithmetic of prefill_gemm.cu, the bounded weight scratch, and the dispatch.
+The kernels themselves run against RefOps in `bw24 kernel-check --only prefill` on a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from bw24.engine.ops.cuda import prefill
+from bw24.engine.ops.ref import RefOps
+
+
+def attn_prefill_twin(q, kc, vc, p0, scale, softcap, window, rw, skip_last_key=False):
+    """attn_prefill<D, Dv, G, RW> in NumPy, loop for loop (float32; lanes vectorised)."""
+    T, H, D = q.shape
+    Hkv, S, Dv = vc.shape
+    G = H // Hkv
+    out = np.full((T, H, Dv), np.nan, np.float32)
+    f32 = np.float32
+    for hk in range(Hkv):
+        rows = T * G
+        for wr0 in range(0, rows, rw):  # warp w of block b starts at b*4*RW + w*RW: every multiple of RW
+            nr = min(rw, rows - wr0)
+            hi = p0 + (wr0 + nr - 1) // G
+            lo = max(0, p0 + wr0 // G - window + 1) if window else 0
+            i = wr0 + np.arange(nr)
+            t, h = i // G, hk * G + i % G
+            prow = p0 + t
+            lrow = np.maximum(0, prow - window + 1) if window else np.zeros(nr, int)
+            Q = q[t, h]  # [nr, D]
+            m = np.full(nr, -np.inf, f32)
+            lsum, acc = np.zeros(nr, f32), np.zeros((nr, Dv), f32)
+            for j0 in range(lo, hi + 1, 32):
+                j = j0 + np.arange(32)
+                live = j <= hi
+                s = np.zeros((nr, 32), f32)
+                s[:, live] = Q @ kc[hk, j[live]].T
+                sc = s * f32(scale)
+                if softcap:
+                    sc = f32(softcap) * np.tanh(sc / f32(softcap))
+                ok = live[None] & (j[None] >= lrow[:, None]) & (j[None] <= prow[:, None])
+                sc = np.where(ok, sc, -np.inf).astype(f32)
+                mn = np.maximum(m, sc.max(axis=1))
+                upd = mn != -np.inf
+                with np.errstate(invalid="ignore"):
+                    corr = np.where(upd, np.exp(m - mn), 0).astype(f32)
+                    p = np.where(ok & upd[:, None], np.exp(sc - mn[:, None]), 0).astype(f32)
+                lsum = np.where(upd, lsum * corr + p.sum(axis=1), lsum).astype(f32)
+                acc = np.where(upd[:, None], acc * corr[:, None], acc).astype(f32)
+                m = np.where(upd, mn, m).astype(f32)
+                nk = min(31 if skip_last_key else 32, hi - j0 + 1)
+                acc += p[:, :nk] @ vc[hk, j0:j0 + nk]
+            out[t, h] = acc / lsum[:, None]
+    return out
+
+
+CONFIGS = [  # D, G, T, p0, window, softcap
+    (64, 3, 17, 0, None, None), (64, 7, 45, 37, None, None), (64, 1, 70, 0, 9, None),
+    (64, 5, 40, 100, 57, None), (128, 4, 33, 70, None, 30.0), (128, 8, 20, 0, None, None),
+    (256, 4, 19, 40, 16, 50.0), (128, 2, 65, 3, 64, None),
+]
+
+
+def _attn_inputs(D, G, T, p0, rng):
+    Hkv = 2
+    q = rng.standard_normal((T, Hkv * G, D)).astype(np.float32)
+    S = p0 + T + 5
+    kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+    vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+    return q, kc, vc
+
+
+def _ref_attn(q, kc, vc, p0, scale, softcap, window):
+    want = np.empty((q.shape[0], q.shape[1], vc.shape[2]), np.float32)
+    RefOps().attention(q, kc, vc, np.array([p0], np.int32), scale=scale, softcap=softcap, window=window, out=want)
+    return want
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "D{}-G{}-T{}-pos{}-w{}-cap{}".format(*c))
+def test_attention_prefill_tiling_matches_reference(cfg):
+    D, G, T, p0, window, softcap = cfg
+    q, kc, vc = _attn_inputs(D, G, T, p0, np.random.default_rng(D + G + T))
+    scale = D ** -0.5
+    got = attn_prefill_twin(q, kc, vc, p0, scale, softcap, window, prefill.attn_rows_per_warp(D))
+    want = _ref_attn(q, kc, vc, p0, scale, softcap, window)
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert np.all(np.isfinite(got)) and rel < 1e-5
+
+
+def test_attention_prefill_twin_canary_dropped_key_fails():
+    """The kernel's planted bug (each tile's last key dropped from P.V) must land far outside 1e-5."""
+    D, G, T, p0, window, softcap = 64, 3, 40, 30, None, None
+    q, kc, vc = _attn_inputs(D, G, T, p0, np.random.default_rng(1))
+    got = attn_prefill_twin(q, kc, vc, p0, D ** -0.5, softcap, window, 8, skip_last_key=True)
+    want = _ref_attn(q, kc, vc, p0, D ** -0.5, softcap, window)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) > 1e-2
+
+
+def _f16(a):
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float64)
+
+
+def _x_to_half(x):
+    """x_to_half: e = floor(log2 max|x_t|) - 14 from the exponent bits; xh, xl of x * 2^-e."""
+    m = np.abs(x).max(axis=1, keepdims=True).astype(np.float32)
+    e = (m.view(np.int32) >> 23 & 0xFF).astype(np.int64)
+    e = np.where(e > 0, e - 127, 0) - 14
+    v = x.astype(np.float32) * np.exp2(-e).astype(np.float32)
+    xh = _f16(v)
+    return xh, _f16(v - xh), np.exp2(e)
+
+
+@pytest.mark.parametrize("scale", [1.0, 3e5, 1e-6])
+def test_gemm_precisions_split_is_fp32_like_fp16_is_not(scale):
+    """The arithmetic of prefill.gemm: split error ~1e-7 relative (fits the 2e-5 matmul class), fp16
+    ~3e-4 (fits gemm16's 2e-3, and is the reason split is the default), for |x| far above fp16's range."""
+    rng = np.random.default_rng(3)
+    W = (rng.standard_normal((97, 544)) * 0.02).astype(np.float32)  # typical dequantized weights
+    x = (rng.standard_normal((20, 544)) * scale).astype(np.float32)
+    ref = x.astype(np.float64) @ W.T.astype(np.float64)
+    xh, xl, sx = _x_to_half(x)
+    wh = _f16(W)
+    wl = _f16(2048.0 * (W - wh))  # dequant_rows_h's lo half, 2^11 up
+    split = (xh @ wl.T * 2.0**-11 + xl @ wh.T + xh @ wh.T) * sx
+    fp16 = (xh @ wh.T) * sx
+    rel = lambda y: np.linalg.norm(y - ref) / np.linalg.norm(ref)  # noqa: E731
+    assert rel(split) < 1e-6
+    assert 1e-4 < rel(fp16) < 2e-3
+
+
+@pytest.mark.parametrize("K", [64, 576, 896, 4096, 18944, 151936])
+@pytest.mark.parametrize("split", [True, False])
+def test_gemm_weight_chunk_stays_within_scratch(K, split):
+    rows = prefill.gemm_rows(K, split)
+    assert rows >= 1 and (rows == 1 or rows * K * 2 * (2 if split else 1) <= prefill.PREFILL_SCRATCH)
+
+
+def test_attention_prefill_dispatch_template_and_grid():
+    """prefill.attention picks attn_prefill<D,Dv,G,RW> in the compile set and one block per 4*RW rows."""
+    from bw24.engine.ops.cuda.kernels import COMPILE_SET
+
+    calls = []
+    ops = SimpleNamespace(_k=lambda f, n: (f, n), _launch=lambda fn, grid, block, args: calls.append((fn, grid, block)))
+    T, H, Hkv, D, S = 100, 16, 2, 128, 300
+    q, out = np.zeros((T, H, D), np.float32), np.zeros((T, H, D), np.float32)
+    kc = vc = np.zeros((Hkv, S, D), np.float32)
+    prefill.attention(ops, q, kc, vc, np.zeros(1, np.int32), scale=0.1, softcap=None, window=None, out=out)
+    (f, name), grid, block = calls[0]
+    assert f == "attention_prefill.cu" and name in COMPILE_SET[f] and name == "attn_prefill<128,128,8,8>"
+    assert grid == (25, 2) and block == 128  # 100 tokens x 8 heads / 32 rows per block
+
+
+def test_cuda_attention_routes_long_chunks_to_prefill(monkeypatch):
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ops = CudaOps.__new__(CudaOps)  # no GPU needed: only the dispatch line runs
+    seen = []
+    monkeypatch.setattr(CudaOps, "_attention_prefill", lambda self, q, *a, **kw: seen.append(q.shape[0]))
+    q = np.zeros((17, 4, 64), np.float32)
+    ops.attention(q, None, None, None, scale=1.0, softcap=None, window=None, out=None)
+    assert seen == [17]
+
+
+def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
+    """expert_ffn's host logic (busiest-first expert chunks, padded [ec, cm] row blocks, strided batches,
+    scatter back to slot order) with NumPy in place of CuPy and exact products in place of the fp16
+    GEMM pieces: every slot must get its own expert's FFN, whatever the chunking."""
+    import contextlib
+
+    from bw24.engine.ops.cuda import moe_prefill
+
+    rng = np.random.default_rng(4)
+    T, E, F, X, k = 23, 32, 24, 6, 3
+    x = rng.standard_normal((T, E)).astype(np.float32)
+    ge, ue = (rng.standard_normal((X, F, E)).astype(np.float32) for _ in range(2))
+    de = rng.standard_normal((X, E, F)).astype(np.float32)
+    sel = np.stack([rng.choice(X, k, replace=False, p=[.4, .3, .1, .1, .05, .05]) for _ in range(T)])
+    sel = sel.astype(np.int32).reshape(-1)
+
+    def batched(ops, w, ex_d, n_e, rpe, K, xh, xl, cm, y):
+        for b, e in enumerate(ex_d):  # y [n_e*cm, rpe] row block b = x block b @ W[e]^T
+            y[b * cm * rpe:(b + 1) * cm * rpe] = (xh.reshape(n_e, cm, K)[b] @ w[e].T).ravel()
+
+    def epi(ops, y, sx, out, N, n):
+        out.reshape(-1)[:n] = y[:n] * np.repeat(sx, N)[:n]
+
+    monkeypatch.setattr(moe_prefill, "_batched", batched)
+    monkeypatch.setattr(moe_prefill, "to_half", lambda ops, a, split: (a.reshape(-1), None, np.ones(a.shape[0])))
+    monkeypatch.setattr(moe_prefill, "epilogue", epi)
+    monkeypatch.setattr(moe_prefill, "MAX_EXPERTS_PER_CHUNK", 2)  # several chunks of unequal padding
+    ref = RefOps()
+    ops = SimpleNamespace(cp=np, to_host=np.copy, stream=contextlib.nullcontext(), glu=ref.glu,
+                          prefill_precision="split", _buf=lambda key, n, dtype=np.float32: np.full(n, np.nan, dtype))
+    S = T * k
+    d = np.full((S, E), np.nan, np.float32)
+    moe_prefill.expert_ffn(ops, x, sel, ge, ue, de, k, "silu", d)
+    want = np.empty((S, E), np.float32)
+    for s, e in enumerate(sel):
+        xt = x[s // k][None]
+        h = np.empty((1, F), np.float32)
+        ref.glu(xt @ ge[e].T, xt @ ue[e].T, "silu", out=h)
+        want[s] = (h @ de[e].T)[0]
+    np.testing.assert_allclose(d, want, rtol=1e-4, atol=1e-4)  # fp32 order only; a wrong slot is O(1)
+
+
+@pytest.mark.parametrize("f,names", [("prefill_gemm.cu", ("dequant_rows_h<7>", "x_to_half", "gemm_epilogue")),
+                                     ("attention_prefill.cu", ("attn_prefill<64,64,3,8>",))])
+def test_planted_bug_variants_compile(f, names, tmp_path, monkeypatch):
+    """kernel_check --variant planted_bug compiles these files with BW24_PLANTED_BUG (its canaries)."""
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    ck = compile_cubin(KERNEL_DIR / f, "90a", defines={"BW24_PLANTED_BUG": 1}, name_expressions=names)
+    assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
+def test_gpu_prefill_cases_green_and_planted_bugs_red():
+    """On a GPU: every prefill kernel_check case passes, and the planted bugs (a dropped weight group in
+    dequant_rows_h, a dropped key per tile in attn_prefill) turn their cases red."""
+    from bw24.engine.kernel_check import main
+    from bw24.runtime import has_gpu, no_gpu_reason
+
+    if not has_gpu():
+        pytest.skip(f"no CUDA GPU: {no_gpu_reason()}")
+    lines: list[str] = []
+    assert main(seed=11, only="prefill", out=lines.append) == 0, "\n".join(lines)
+    for only in ("prefill gemm Q4_K N=333 K=768 T=100", "prefill attention D=128 G=4 T=300"):
+        bad: list[str] = []
+        assert main(seed=11, variant="planted_bug", only=only, out=bad.append) == 1, "\n".join(bad)

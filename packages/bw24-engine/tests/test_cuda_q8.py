@@ -1,0 +1,176 @@
+"""The int8-activation matvec path on the CPU: quantize_x's NumPy twin, a bit-level NumPy emulation
+of qdot_q8.cuh's integer dot products on the repacked planes (nibble/byte pairing, high-bit spreads,
+offsets and minimums through the integer sums) against the fp64 reference, and the dispatcher's
+"path" config. The GPU kernels themselves are checked by kernel_check (kernel_cases_q8.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bw24.engine.ops.cuda.launch import Q8_TYPES, QmvConfigs, check_path, default_qmv
+from bw24.engine.ops.cuda.q8 import matmul_q8_ref, quantize_x_ref, unpack_xs
+from bw24.engine.ops.cuda.repack import random_raw, repack
+from bw24.gguf import dequantize
+from bw24.runtime import Tuning
+from gguf.constants import GGMLQuantizationType as Q
+
+FORMATS = (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+M32 = np.uint64(0xFFFFFFFF)
+
+
+def test_quantize_x_ref_rounds_half_to_even_and_keeps_zero_groups():
+    x = np.zeros((2, 64), np.float32)
+    x[0, 0] = 31.75  # d = 31.75 / 127 = 0.25 exactly
+    x[0, 1:5] = np.array([0.125, 0.375, -0.125, -0.625], np.float32)  # x/d = 0.5, 1.5, -0.5, -2.5
+    x[1, 32:] = np.linspace(-3, 3, 32, dtype=np.float32)
+    q, d, s = quantize_x_ref(x)
+    assert d[0, 0] == np.float32(0.25) and d[0, 1] == 0 and d[1, 0] == 0
+    assert q[0, :5].tolist() == [127, 0, 2, 0, -2]
+    assert not q[0, 32:].any() and not q[1, :32].any()
+    assert np.abs(q.astype(int)).max() == 127
+    assert s[0, 0].tolist() == [127, 0] and s[1, 1].tolist() == [q[1, 32:48].sum(), q[1, 48:].sum()]
+
+
+def test_unpack_xs_reads_the_device_metadata_layout():
+    d = np.array([[0.5, 0.0]], np.float32)
+    s0, s1 = np.array([[-1234, 7]]), np.array([[2000, -5]])
+    packed = ((s0 & 0xFFFF) | (s1 << 16)).astype(np.int64).astype(np.uint32).view(np.int32)
+    xs = np.stack([d.view(np.int32), packed], axis=-1)
+    dd, ss = unpack_xs(xs)
+    assert np.array_equal(dd, d) and ss[..., 0].tolist() == s0.tolist() and ss[..., 1].tolist() == s1.tolist()
+
+
+def _spread1(h):  # qdot_q8.cuh spread1
+    return (((h & 0xF) * 0x00204081) & 0x01010101) << 4
+
+
+def _spread2(h):  # qdot_q8.cuh spread2
+    t = (h | (h << 12)) & 0x000F000F
+    return ((t | (t << 6)) & 0x03030303) << 4
+
+
+def emulate_q8(p, x: np.ndarray) -> np.ndarray:
+    """out [T, N] computed the way qmatvec_q8.cu does: integer dots per half group, fp32 scales."""
+    xq, dx, s = quantize_x_ref(x)
+    T, K = xq.shape
+    n, G = p.n, K // 32
+    X = xq.reshape(T, G, 32).astype(np.int64)
+    f32 = np.float32
+    h = lambda u: (np.asarray(u) & 0xFFFF).astype(np.uint16).view(np.float16).astype(f32)  # noqa: E731
+    if p.qtype == Q.Q8_0:
+        wb = p.planes["a"].reshape(n, G, 32).astype(np.int64)
+        a, b = np.einsum("ngj,tgj->tng", wb[..., :16], X[..., :16]), np.einsum("ngj,tgj->tng", wb[..., 16:], X[..., 16:])
+    else:
+        u = p.planes["a"].reshape(n, G, 16).copy().view("<u4").astype(np.uint64)  # [n, G, 4] words
+        k = np.arange(4, dtype=np.uint64)
+        lo, hi = u & 0x0F0F0F0F, (u >> np.uint64(4)) & 0x0F0F0F0F
+        if p.qtype in (Q.Q5_0, Q.Q5_K):
+            s1 = p.planes["b"].astype(np.uint64)[..., None]
+            lo |= _spread1(s1 >> (4 * k))
+            hi |= _spread1(s1 >> (16 + 4 * k))
+        if p.qtype == Q.Q6_K:
+            bb = p.planes["b"].astype(np.uint64)[..., None]
+            lo |= _spread2(((bb & M32) >> (8 * k)) & 0xFF)
+            hi |= _spread2(((bb >> np.uint64(32)) >> (8 * k)) & 0xFF)
+        by = lambda w: (w.astype("<u4").view(np.uint8).reshape(n, G, 16)).astype(np.int64)  # noqa: E731
+        assert by(lo).max() < 128 and by(hi).max() < 128  # unsigned codes read as signed dp4a bytes
+        a = np.einsum("ngj,tgj->tng", by(lo), X[..., :16])
+        b = np.einsum("ngj,tgj->tng", by(hi), X[..., 16:])
+    S0, S1 = s[..., 0][:, None, :].astype(np.int64), s[..., 1][:, None, :].astype(np.int64)
+    S, idot, d = S0 + S1, a + b, dx[:, None, :]
+    c = p.planes.get("c")
+    if p.qtype == Q.Q8_0:
+        v = (h(c) * d) * idot.astype(f32)
+    elif p.qtype in (Q.Q4_0, Q.Q5_0):
+        v = (h(c) * d) * (idot - (8 if p.qtype == Q.Q4_0 else 16) * S).astype(f32)
+    elif p.qtype == Q.Q4_1:
+        v = (h(c) * d) * idot.astype(f32) + (h(c >> 16) * d) * S.astype(f32)
+    elif p.qtype in (Q.Q4_K, Q.Q5_K):
+        dd = np.repeat(p.planes["d"], 8, axis=1)
+        sc = h(dd) * (c & 0xFF).astype(f32)
+        mn = h(dd >> 16) * ((c >> 8) & 0xFF).astype(f32)
+        v = (sc * d) * idot.astype(f32) - (mn * d) * S.astype(f32)
+    else:
+        sc0 = (c & 0xFF).astype(np.uint8).view(np.int8).astype(np.int64)
+        sc1 = (c >> 8).astype(np.uint8).view(np.int8).astype(np.int64)
+        dd = h(np.repeat(p.planes["d"], 8, axis=1))
+        v = (dd * d) * (sc0 * (a - 32 * S0) + sc1 * (b - 32 * S1)).astype(f32)
+    return v.astype(np.float64).sum(axis=-1).astype(np.float32)
+
+
+@pytest.mark.parametrize("qt", FORMATS, ids=lambda q: q.name)
+def test_q8_integer_dot_emulation_matches_reference(qt):
+    rng = np.random.default_rng(int(qt))
+    n, k, T = 37, 512, 3
+    raw = random_raw(qt, n, k, rng)
+    x = (rng.standard_normal((T, k)) * 2).astype(np.float32)
+    x[1, :32] = 0
+    got = emulate_q8(repack(raw, qt, (n, k)), x)
+    want = matmul_q8_ref(dequantize(raw, qt, (n, k)), x)  # gguf's decoder, independent of repack
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < 2e-6, rel
+
+
+def test_q8_emulation_canary_wrong_offset_is_caught():
+    """Canary: the reference comparison sees a Q4_0 offset of 7 instead of 8."""
+    rng = np.random.default_rng(1)
+    raw = random_raw(Q.Q4_0, 16, 256, rng)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    p = repack(raw, Q.Q4_0, (16, 256))
+    bad = dict(p.planes)
+    bad["a"] = p.planes["a"] + np.uint8(0x11) * (p.planes["a"] < 0xEE)  # codes off by one: a wrong weight
+    from dataclasses import replace
+
+    got = emulate_q8(replace(p, planes=bad), x)
+    want = matmul_q8_ref(dequantize(raw, Q.Q4_0, (16, 256)), x)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) > 1e-2
+
+
+def _table(entry: dict) -> Tuning:
+    return Tuning({"qmatvec": entry})
+
+
+def test_path_is_a_policy_of_the_shape_and_the_table_gives_w_r():
+    c = QmvConfigs(Tuning())
+    assert c.plan(Q.Q4_K, 4096, 4096)[0] == "q8" and c.plan(Q.Q6_K, 4096, 12288)[0] == "q8"  # K >= 2048
+    assert c.plan(Q.Q6_K, 151936, 1024)[0] == "q8"  # a vocabulary head
+    assert c.plan(Q.Q4_1, 1536, 576)[0] == "f32" and c.plan(Q.Q6_K, 49152, 576)[0] == "f32"  # smollm2-sized
+    t = _table({"Q4_K": {"default": {"warps": 4, "rows": 8}, "shapes": {"6144x4096": {"warps": 2, "rows": 4,
+                                                                                     "path": "f32"}}}})
+    c = QmvConfigs(t)
+    assert c.plan(Q.Q4_K, 6144, 4096) == ("q8", 2, 4)  # a table path does not change the policy
+    assert c.plan(Q.Q4_K, 896, 896) == ("f32", 4, 8)
+    assert c.get(Q.Q4_K, 6144, 4096) == (2, 4)  # the old (W, R) interface is unchanged
+
+
+def test_q8_request_for_float_weights_falls_back_to_f32():
+    c = QmvConfigs(_table({"F16": {"default": {"warps": 2, "rows": 2, "path": "q8"}}}))
+    assert c.plan(Q.F16, 1024, 4096) == ("f32", 2, 2)
+    assert "F16" not in Q8_TYPES and {"Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_K"} <= Q8_TYPES
+
+
+def test_bad_path_is_an_error_and_a_bad_table_path_falls_back_to_defaults():
+    with pytest.raises(ValueError, match="path must be one of"):
+        check_path({"warps": 4, "rows": 8, "path": "int4"})
+    c = QmvConfigs(_table({"Q8_0": {"default": {"warps": 1, "rows": 1, "path": "int4"}}}))
+    d = default_qmv(4096, 4096)
+    assert c.plan(Q.Q8_0, 4096, 4096) == ("q8", d["warps"], d["rows"])
+    assert c.plan(Q.Q8_0, 1024, 1024) == ("f32", *default_qmv(1024, 1024).values())
+
+
+def test_override_with_path_wins_over_table():
+    c = QmvConfigs(_table({"Q6_K": {"default": {"warps": 4, "rows": 8}}}))
+    c.overrides["Q6_K"] = {"warps": 1, "rows": 4, "path": "q8"}
+    assert c.plan(Q.Q6_K, 4096, 1024) == ("q8", 1, 4)
+    c.overrides["Q6_K"] = {"warps": 1, "rows": 4, "path": "f32"}
+    assert c.plan(Q.Q6_K, 151936, 1024) == ("f32", 1, 4)
+
+
+def test_a_table_with_q8_paths_validates():
+    from bw24.runtime import device_key
+    from bw24.runtime.tuning import validate
+
+    t = {"schema": 1, "device": "NVIDIA H200", "cc": "9.0", "key": device_key("NVIDIA H200", (9, 0)),
+         "qmatvec": {"Q4_K": {"default": {"warps": 4, "rows": 8, "path": "q8"},
+                              "shapes": {"151936x1024": {"warps": 1, "rows": 4, "path": "f32"}}}}}
+    assert QmvConfigs(Tuning(validate(t, "t"))).plan(Q.Q4_K, 151936, 1024) == ("q8", 1, 4)

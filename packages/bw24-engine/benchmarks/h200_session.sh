@@ -24,6 +24,11 @@ case $STAGE in
     grep -E "FAIL|ALL GREEN|rc=|Error" $R/kernel_check.log | head -20; grep -c " OK" $R/kernel_check.log ;;
   gates)
     for m in "$@"; do
+      if [[ $m == *:* ]]; then  # PRESET:QUANT -> the perf cells' cached synth file (written if missing)
+        m=$(python3 -c "import sys; from bw24.engine.perf.cells import Cell; from bw24.engine.perf.models import \
+cache_dir, model_path; p, q = sys.argv[1].split(':'); print(model_path(Cell(p, q, 'decode'), cache_dir(None), \
+log=lambda s: None))" "$m")
+      fi
       n=$(basename "$m" .gguf)
       (hdr; timeout 300 python3 -m bw24.engine.cli run-gen "$m" --backend cuda --no-progress -n 32 \
         --prompt "Write a Python function that checks whether a number is prime."; echo "rc=$?") \

@@ -7,7 +7,7 @@ python packages/bw24-engine/benchmarks/spec_bench.py OUTDIR --backend cuda [--sm
 Cells (plain and spec runs interleaved A B A B, medians; every spec run is checked token-identical to
 the plain run of the same rep: "self-consistency PASS/FAIL"):
   exact  batched verify rows bit-identical to decode steps (T = 2, 4, 8, 16)? YES is what lets
-         CudaOps.batch_rows_exact be True (or BW24_BATCH_ROWS_EXACT=1) so verify "auto" runs batched.
+         CudaOps.batch_rows_exact be True (the default since the H200 check; BW24_BATCH_ROWS_EXACT=0 turns it off).
   ngram  smollm2-135m, code-editing chat prompt (rewrite a given function), n-gram drafting: target >= 1.5x.
   self   draft = target on synthetic qwen3-8b (cached in --synth-dir), K=4: acceptance must be 1.0;
          overhead per accepted token = (decode time - draft steps x plain step - rounds x verify) /

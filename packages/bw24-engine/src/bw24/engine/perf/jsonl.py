@@ -9,6 +9,7 @@ acceptance, tokens_per_round, llama_tok_s, llama_samples, ratio, llama (build/GP
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -18,6 +19,11 @@ from .runner import CellResult
 
 
 def git_info(cwd: str | Path = ".") -> tuple[str, bool]:
+    """(short sha, dirty). $BW24_GIT, when set, names the commit instead: on the GPU host the copied
+    tree's .git can lag the working tree it runs (seen there: the session's first commit)."""
+    if os.environ.get("BW24_GIT"):
+        return os.environ["BW24_GIT"], False
+
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=cwd, capture_output=True, text=True, timeout=30).stdout.strip()
 

@@ -180,3 +180,33 @@ __device__ __forceinline__ float group_dot(const GRaw<FMT>& r, const float x[32]
         return fmaf(s0, a, s1 * b);
     }
 }
+
+// The end of a matvec block (qmatvec.cu's qmv and qmatvec_q8.cu's qmv8, one code for both so their
+// summation orders agree): each (row, token) partial reduced by a warp shuffle tree, then across the
+// W warps in shared memory in warp order; then bias, residual, softcap and the store.
+template <int W, int R, int NT>
+__device__ __forceinline__ void reduce_store(const float (&acc)[R][NT], int T, int N, const float* __restrict__ bias,
+                                             const float* residual, float* out, float softcap, int row0,
+                                             float* red) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0) red[warp * R * NT + r * NT + t] = v;
+        }
+    __syncthreads();
+    if (tid < R * NT) {
+        const int r = tid / NT, t = tid % NT, n = row0 + r;
+        float v = red[tid];
+#pragma unroll
+        for (int w = 1; w < W; ++w) v += red[w * R * NT + tid];
+        if (t < T && n < N) {
+            if (bias) v += bias[n];
+            if (residual) v += residual[(i64)t * N + n];
+            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+            out[(i64)t * N + n] = v;
+        }
+    }
+}

@@ -22,7 +22,7 @@ template <int FMT, int W, int R, int NT>
 __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restrict__ x, int K, int N, int T,
                                          const float* __restrict__ bias, const float* residual, float* out,
                                          float softcap, int row0, float* red) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const int G = K >> 5;
     float acc[R][NT];
 #pragma unroll
@@ -55,26 +55,7 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float v = warp_sum(acc[r][t]);
-            if (lane == 0) red[warp * R * NT + r * NT + t] = v;
-        }
-    __syncthreads();
-    if (tid < R * NT) {
-        const int r = tid / NT, t = tid % NT, n = row0 + r;
-        float v = red[tid];
-#pragma unroll
-        for (int w = 1; w < W; ++w) v += red[w * R * NT + tid];
-        if (t < T && n < N) {
-            if (bias) v += bias[n];
-            if (residual) v += residual[(i64)t * N + n];
-            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-            out[(i64)t * N + n] = v;
-        }
-    }
+    reduce_store<W, R, NT>(acc, T, N, bias, residual, out, softcap, row0, red);
 }
 
 template <int FMT, int W, int R, int NT>

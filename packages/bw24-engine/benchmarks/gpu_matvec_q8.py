@@ -16,15 +16,14 @@ import argparse
 import itertools
 import json
 import math
-import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_matvec import _time_graph, precompile, run_stages  # noqa: E402
 from gpu_session import header  # noqa: E402
 
 PEAK = 4.5e12
@@ -57,20 +56,8 @@ def _names(types) -> dict[str, list[str]]:
             "qmatvec_q8.cu": [""] + sorted(set(q8))}  # "": the plain module (extern "C" quantize_x)
 
 
-def _compile_one(job: tuple[str, str]) -> str:
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin, device_info
-
-    compile_cubin(KERNEL_DIR / job[0], device_info().arch, {}, (job[1],) if job[1] else ())
-    return job[1]
-
-
 def stage_compile(types, summary: list[str]) -> None:
-    jobs = [(f, n) for f, names in _names(types).items() for n in names]
-    t = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:
-        list(ex.map(_compile_one, jobs, chunksize=4))
-    summary.append(f"precompiled {len(jobs)} instances in {time.perf_counter() - t:.1f} s")
+    precompile([(f, n) for f, names in _names(types).items() for n in names], summary)
 
 
 def stage_check(out: Path, summary: list[str]) -> None:
@@ -110,23 +97,6 @@ def _clone(ops, w):
     with ops.stream:
         planes = {k: v.copy() for k, v in w.planes.items()}
     return QWeight(w.name, w.qtype, w.fmt, w.shape, w.n, w.k, planes, w.nbytes)
-
-
-def _time_graph(ops, body, reps: int) -> float:
-    import cupy as cp
-    from bw24.runtime import CapturedGraph
-
-    g = CapturedGraph(ops.stream).capture(body)
-    g.replay()
-    ops.synchronize()
-    ev0, ev1, times = cp.cuda.Event(), cp.cuda.Event(), []
-    for _ in range(5):
-        ev0.record(ops.stream)
-        g.replay()
-        ev1.record(ops.stream)
-        ev1.synchronize()
-        times.append(cp.cuda.get_elapsed_time(ev0, ev1) / reps * 1e3)
-    return float(np.median(times))
 
 
 def _reference(ops, w, xh):
@@ -255,19 +225,7 @@ def main() -> int:
 
     fns = {"compile": lambda: stage_compile(types, summary), "check": lambda: stage_check(out, summary),
            "sweep": sweep}
-    for s in a.stages.split(","):
-        t = time.perf_counter()
-        try:
-            fns[s]()
-        except Exception as e:  # one broken stage must not hide the others' numbers
-            import traceback
-
-            traceback.print_exc()
-            summary.append(f"STAGE {s} ERROR: {type(e).__name__}: {e}")
-        summary.append(f"-- stage {s}: {time.perf_counter() - t:.1f} s")
-        (out / "summary_q8.txt").write_text(header() + "\n".join(summary) + "\n")
-    print("\n==== SUMMARY ====\n" + header() + "\n".join(summary))
-    return 0
+    return run_stages(fns, a.stages.split(","), out / "summary_q8.txt", summary)
 
 
 if __name__ == "__main__":

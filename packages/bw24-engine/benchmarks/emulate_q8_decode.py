@@ -13,22 +13,19 @@ quantized when T > 16, vs token-by-token decode, quantized) with the emulation o
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from bw24.engine import Engine
 from bw24.engine.ops import ref as R
 from bw24.engine.ops.cuda.q8 import dequantize_x_ref
 
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. Then the dog wakes up, looks around and",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
-    "# print the first ten numbers\nfor i in range(",
-    "In 1969 the Apollo 11 mission landed two astronauts on the Moon. Neil Armstrong was the first to step "
-    "onto the surface, followed by Buzz Aldrin, while Michael Collins stayed in orbit. The mission",
-    "Bonjour! Je voudrais réserver une table pour deux personnes ce soir vers vingt heures, s'il vous plaît. Est-ce",
-    "Hi",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emulate_fp16_prefill import PROMPTS as FP16_PROMPTS  # noqa: E402
+
+PROMPTS = [*FP16_PROMPTS, "Hi"]  # the prefill emulation's prompts, and a one-token one
 ORIG = (R.RefOps.matmul, R.RefOps.logits)
 
 

@@ -58,14 +58,19 @@ sys.exit({rc})
     return script, log
 
 
+def bw24_arm(events: list[str]):
+    """A stand-in for bw24's rep: logs "A" and returns 300 tok/s."""
+    def a():
+        events.append("A")
+        return 300.0
+    return a
+
+
 def test_interleaved_with_fake_llama_bench(tmp_path):
     script, log = fake_llama_bench(tmp_path)
     lb = LlamaBench(script, tmp_path / "m.gguf", DEC)
     events: list[str] = []
-
-    def a():
-        events.append("A")
-        return 300.0
+    a = bw24_arm(events)
 
     def b():
         events.append(f"B{sum(1 for _ in open(log)) if log.exists() else 0}")
@@ -94,10 +99,7 @@ def test_blocks_run_one_llama_process_per_block(tmp_path):
     script, log = fake_llama_bench(tmp_path)
     lb = LlamaBench(script, tmp_path / "m.gguf", DEC)
     events: list[str] = []
-
-    def a():
-        events.append("A")
-        return 300.0
+    a = bw24_arm(events)
 
     def b(n):
         events.append(f"B{n}")

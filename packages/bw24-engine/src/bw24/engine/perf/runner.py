@@ -204,13 +204,7 @@ class CellBench:
 
 def interleave(a: Callable[[], float], b: Callable[[], float] | None, reps: int) -> tuple[list[float], list[float]]:
     """A B A B ...: one rep of each per round, so drift (clocks, heat) hits both alike."""
-    xs: list[float] = []
-    ys: list[float] = []
-    for _ in range(reps):
-        xs.append(a())
-        if b is not None:
-            ys.append(b())
-    return xs, ys
+    return interleave_blocks(a, None if b is None else (lambda n: [b() for _ in range(n)]), reps, 1)
 
 
 def interleave_blocks(a: Callable[[], float], b: Callable[[int], list[float]] | None, reps: int,

@@ -188,6 +188,18 @@ def check_greedy(ours: list[int], theirs: list[int], marg: list[float], near_tie
     return ""
 
 
+def spec_pair(d: Path, n_ctx: int) -> dict:
+    """The speculative tests' tiny models in folder d, on the CPU backend: a qwen3 target with an MTP
+    head, a one-layer draft with the same vocabulary, and a second load of the target (draft = target)."""
+    from bw24.engine import Engine
+    from bw24.gguf.synth import synth
+
+    synth("qwen3-tiny", d / "target.gguf", mix="q8_0", seed=1, mtp=1)
+    synth("qwen3-tiny", d / "draft.gguf", mix="q8_0", seed=2, n_layer=1)
+    load = lambda n: Engine.load(d / n, backend="cpu", n_ctx=n_ctx, progress=False)  # noqa: E731
+    return dict(target=load("target.gguf"), draft=load("draft.gguf"), same=load("target.gguf"))
+
+
 @pytest.fixture(scope="session")
 def helpers():
     return sys.modules[__name__]

@@ -6,24 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bw24.engine import Engine
 from bw24.engine.graph import greedy_decode
 from bw24.engine.spec import DraftModelDrafter, MTPDrafter, NgramDrafter, SpecDecoder
 from bw24.engine.spec.device import DeviceIO, GraphsByT
 from bw24.engine.spec.fast import drafter_on_device
-from bw24.gguf.synth import synth
 
 N = 24
 FIRST = [300]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("spec_fast")
-    synth("qwen3-tiny", d / "target.gguf", mix="q8_0", seed=1, mtp=1)
-    synth("qwen3-tiny", d / "draft.gguf", mix="q8_0", seed=2, n_layer=1)
-    load = lambda n: Engine.load(d / n, backend="cpu", n_ctx=256, progress=False)  # noqa: E731
-    return dict(target=load("target.gguf"), draft=load("draft.gguf"), same=load("target.gguf"))
+def models(tmp_path_factory, helpers):
+    return helpers.spec_pair(tmp_path_factory.mktemp("spec_fast"), n_ctx=256)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from bw24.engine import Engine
 from bw24.engine.graph import greedy_decode
 from bw24.engine.spec import (
     DraftModelDrafter,
@@ -32,15 +31,11 @@ FIRST = [300]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, helpers):
     d = tmp_path_factory.mktemp("spec_models")
-    synth("qwen3-tiny", d / "target.gguf", mix="q8_0", seed=1, mtp=1)
-    synth("qwen3-tiny", d / "draft.gguf", mix="q8_0", seed=2, n_layer=1)
-    synth("llama-tiny", d / "othervocab.gguf", mix="q8_0", seed=3)
-    load = lambda n: Engine.load(d / n, backend="cpu", n_ctx=256, progress=False)  # noqa: E731
-    tgt = load("target.gguf")
-    return dict(dir=d, target=tgt, draft=load("draft.gguf"), same=load("target.gguf"),
-                ids=FIRST, long_ids=tgt.tokenizer.encode(PROMPT, add_special=True))
+    m = helpers.spec_pair(d, n_ctx=256)
+    synth("llama-tiny", d / "othervocab.gguf", mix="q8_0", seed=3)  # for the vocabulary-mismatch test
+    return dict(m, dir=d, ids=FIRST, long_ids=m["target"].tokenizer.encode(PROMPT, add_special=True))
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,16 @@ import math
 
 import numpy as np
 import pytest
-from bw24.engine import Engine, SamplingParams
+from bw24.engine import SamplingParams
 from bw24.engine.spec import DraftModelDrafter, MTPDrafter, NgramDrafter, SpecDecoder
 from bw24.engine.spec.rejection import target_probs
-from bw24.gguf.synth import synth
 
 PROMPT = [300]  # one token: the prefill is an sgemv (a T > 1 OpenBLAS sgemm is slow on a 2-core box)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("spec_sampled")
-    synth("qwen3-tiny", d / "target.gguf", mix="q8_0", seed=1, mtp=1)
-    synth("qwen3-tiny", d / "draft.gguf", mix="q8_0", seed=2, n_layer=1)
-    load = lambda n: Engine.load(d / n, backend="cpu", n_ctx=128, progress=False)  # noqa: E731
-    return dict(target=load("target.gguf"), draft=load("draft.gguf"), same=load("target.gguf"))
+def models(tmp_path_factory, helpers):
+    return helpers.spec_pair(tmp_path_factory.mktemp("spec_sampled"), n_ctx=128)
 
 
 @pytest.mark.parametrize("which", ["draft", "ngram", "mtp"])

@@ -4,6 +4,8 @@
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
 # Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | perf CELLS | spec | pack
+#         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
+#         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
 set -uo pipefail
 SHA=$1; STAGE=$2; shift 2
 export PYTHONPATH=/tmp/site:$(ls -d packages/*/src | paste -sd:) PYTHONUNBUFFERED=1 BW24_GIT=$SHA
@@ -35,6 +37,12 @@ log=lambda s: None))" "$m")
         > $R/run_gen_$n.log 2>&1
       echo "$n: $(grep -m1 -E 'verify-prefill|rror' $R/run_gen_$n.log)"; grep -m1 -i "vram" $R/run_gen_$n.log
     done ;;
+  pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path
+    (hdr; timeout 400 python3 -m pytest -q --import-mode=importlib -p no:cacheprovider --benchmark-disable \
+      packages/bw24-engine/tests/test_cuda_gpu.py packages/bw24-engine/tests/test_cuda_memory.py \
+      packages/bw24-engine/tests/test_cuda_prefill.py packages/bw24-engine/tests/test_spec_gpu.py \
+      packages/bw24-engine/tests/test_engine_prefix_cache.py -k "not all_green"; echo "pytest rc=$?") \
+      > $R/pytest_gpu.log 2>&1; tail -5 $R/pytest_gpu.log ;;
   real)
     timeout 300 python3 $B/gpu_real.py $SMOL $R/real > $R/real.log 2>&1; tail -12 $R/real.log ;;
   profile)
@@ -47,13 +55,24 @@ log=lambda s: None))" "$m")
     grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
   perf)
     bash $B/gpu_llama_build.sh wait | tail -4
+    # rows go to $R/perf.jsonl (seeded from the committed file): a later call re-copies the working
+    # tree, which would drop rows appended to benchmarks/perf.jsonl in place
+    [ -f $R/perf.jsonl ] || cp benchmarks/perf.jsonl $R/perf.jsonl
     (hdr; timeout 560 python3 -m bw24.engine.cli bench --cells "$1" --reps 5 --vs-llama /tmp/ll/b/bin/llama-bench \
-      --llama-block 5; echo "bench rc=$?") > $R/perf_$(echo "$1" | md5sum | cut -c1-6).log 2>&1
-    cp benchmarks/perf.jsonl $R/perf.jsonl; tail -n 25 $R/perf_*.log | grep -v "^$" | cut -c1-200 | tail -20 ;;
+      --llama-block 5 --perf-file $R/perf.jsonl; echo "bench rc=$?") > $R/perf_$(echo "$1" | md5sum | cut -c1-6).log 2>&1
+    tail -n 25 $R/perf_*.log | grep -v "^$" | cut -c1-200 | tail -20 ;;
   spec)
     extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
-    (hdr; timeout 500 python3 $B/spec_bench.py $R/spec --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
-      "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec.log 2>&1; tail -25 $R/spec.log | cut -c1-200 ;;
+    t=$(echo "$1" | tr ',' '_')
+    (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
+      "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
+  bg)
+    name=$1; shift; chain=""
+    IFS=';' read -ra parts <<< "$*"
+    for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $0 $SHA $st; "; done
+    setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
+    echo "bg $name started: $*" ;;
+  show) for f in $R/bg_*.out; do echo "== $f"; tail -n "${1:-8}" "$f" | cut -c1-180; done ;;
   pack) tar czf $OUT/r.tgz -C $R . && ls -la $OUT ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;
 esac

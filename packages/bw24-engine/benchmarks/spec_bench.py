@@ -36,15 +36,24 @@ FUNC = ("def squares(xs):\n    \"\"\"Return the squares of xs.\"\"\"\n    out = 
         "        out.append(x * x)\n    return out\n")
 CODE_PROMPT = ("Rewrite this Python function to use a list comprehension, keeping its name and docstring, "
                "and return the whole function:\n\n" + FUNC)
+HINTS_PROMPT = ("Add type hints to this function and return the whole function:\n\ndef merge(a, b):\n"
+                "    out = dict(a)\n    for k, v in b.items():\n        out[k] = v\n    return out\n")
+RENAME_PROMPT = ("Rename the variable `out` to `result` in this function and return the whole function:\n\n" + FUNC)
+# The ngram cell's code-editing prompts (each rewrites a given function); every one is reported, and
+# the cell's verdict is their median.
+EDIT_PROMPTS = (CODE_PROMPT, HINTS_PROMPT, RENAME_PROMPT)
 PAIR_PROMPTS = (
     CODE_PROMPT,
-    "Add type hints to this function and return the whole function:\n\ndef merge(a, b):\n    out = dict(a)\n"
-    "    for k, v in b.items():\n        out[k] = v\n    return out\n",
+    HINTS_PROMPT,
     "Write a Python function is_prime(n) with a docstring and a loop up to the square root of n.",
 )
 
 
 def git_sha() -> str:
+    import os
+
+    if os.environ.get("BW24_GIT"):  # the GPU host's copied .git is stale: the driver names the commit
+        return os.environ["BW24_GIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip() or "uncommitted"
@@ -167,18 +176,25 @@ def cell_ngram(args, rows, summary) -> None:
     from bw24.engine.spec import NgramDrafter, SpecDecoder
 
     eng = Engine.load(args.smollm, backend=args.backend, progress=False)
-    msgs = [{"role": "user", "content": CODE_PROMPT}]
-    ids = eng.chat_ids(msgs)
-    for k, adaptive in ((4, False), (8, True)):
-        dec = SpecDecoder(eng.model, NgramDrafter(), k=k, adaptive=adaptive, verify=args.verify)
-        other = None
-        if args.vs_llama_spec:
-            text = chat_text(eng, msgs)
-            cmd = lookup_cmd(Path(args.vs_llama_spec), eng.gguf.path, text, args.n, k)
-            other = lambda cmd=cmd: run_llama_spec(cmd)  # noqa: E731
-        p, s, oth, st, ok = measure(eng, dec, ids, args.n, args.reps, other)
-        report(rows, summary, f"spec-ngram-{eng.gguf.path.stem}-k{k}{'a' if adaptive else ''}", eng, p, s, st, ok,
-               " [target >= 1.5x]", dec=dec, **llama_arm(oth, s))
+    ratios: dict[str, list[float]] = {}
+    for i, prompt in enumerate(EDIT_PROMPTS):
+        msgs = [{"role": "user", "content": prompt}]
+        ids = eng.chat_ids(msgs)
+        for k, adaptive in ((4, False), (8, True)):
+            dec = SpecDecoder(eng.model, NgramDrafter(), k=k, adaptive=adaptive, verify=args.verify)
+            other = None
+            if args.vs_llama_spec:
+                text = chat_text(eng, msgs)
+                cmd = lookup_cmd(Path(args.vs_llama_spec), eng.gguf.path, text, args.n, k)
+                other = lambda cmd=cmd: run_llama_spec(cmd)  # noqa: E731
+            p, s, oth, st, ok = measure(eng, dec, ids, args.n, args.reps, other)
+            tag = f"k{k}{'a' if adaptive else ''}"
+            ratios.setdefault(tag, []).append(s / p)
+            report(rows, summary, f"spec-ngram-{eng.gguf.path.stem}-p{i}-{tag}", eng, p, s, st, ok,
+                   " [target >= 1.5x]", dec=dec, **llama_arm(oth, s))
+    for tag, r in ratios.items():
+        summary.append(f"ngram {tag}: median speedup over {len(r)} code-editing prompts {statistics.median(r):.2f}x "
+                       f"(per prompt {', '.join(f'{x:.2f}' for x in r)}; target >= 1.5x)")
 
 
 def verify_alone(eng, dec, ids, T, reps) -> float:

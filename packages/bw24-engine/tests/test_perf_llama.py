@@ -120,3 +120,22 @@ def test_block_without_enough_samples_is_a_typed_error(tmp_path):
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     with pytest.raises(LlamaBenchError, match="3 numeric samples_ts"):
         LlamaBench(script, tmp_path / "m.gguf", DEC).samples(3)
+
+
+def test_vram_sampler_reports_the_peak_above_entry(monkeypatch):
+    """llama-bench's peak VRAM: polled device use while the block runs, minus the use at entry."""
+    import time
+
+    from bw24.engine.perf import llama as L
+
+    level = {"v": 10 << 30}
+    monkeypatch.setattr(L, "device_used_bytes", lambda: level["v"])
+    with L.VramSampler(every=0.001) as s:
+        for v in (11 << 30, 13 << 30, 12 << 30):  # the process allocates, peaks, frees some
+            level["v"] = v
+            time.sleep(0.03)
+    assert s.value == 3 << 30
+    monkeypatch.setattr(L, "device_used_bytes", lambda: None)  # no GPU: no figure, no thread
+    with L.VramSampler() as s:
+        pass
+    assert s.value is None

@@ -173,20 +173,23 @@ def glu_case(act) -> Case:
     return run
 
 
-def sample_case(penalties: bool) -> Case:
+def sample_case(penalties: bool, V: int = 5003, reps: int = 3) -> Case:
+    """Greedy picks on `reps` fresh logit vectors in a row (the multi-block argmax re-arms its ticket)."""
     def run(name, ref, cu, rng):
-        V = 5003
-        lg = rng.standard_normal(V).astype(np.float32)
-        lg[rng.integers(0, V, 3)] = lg.max()  # ties: the lowest index must win
+        got, want_all = [], []
         counts = rng.integers(0, 3, V).astype(np.int32)
+        wc, cd = counts.copy(), _dev(cu, counts)
         p = SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1) if penalties \
             else SamplingParams()
-        want, wc = np.zeros(1, np.int32), counts.copy()
-        ref.sample(lg, p, np.array([7], np.int32), out=want, counts=wc)
-        out, cd = cu.zeros((1,), np.int32), _dev(cu, counts)
-        cu.sample(_dev(cu, lg), p, _dev(cu, np.array([7], np.int32)), out=out, counts=cd)
-        got = np.concatenate([cu.to_host(out), cu.to_host(cd)])
-        return compare(name, "exact", got, np.concatenate([want, wc]))
+        for _ in range(reps):
+            lg = rng.standard_normal(V).astype(np.float32)
+            lg[rng.integers(0, V, 3)] = lg.max()  # ties: the lowest index must win
+            want, out = np.zeros(1, np.int32), cu.zeros((1,), np.int32)
+            ref.sample(lg, p, np.array([7], np.int32), out=want, counts=wc)
+            cu.sample(_dev(cu, lg), p, _dev(cu, np.array([7], np.int32)), out=out, counts=cd)
+            got.append(cu.to_host(out))
+            want_all.append(want)
+        return compare(name, "exact", np.concatenate([*got, cu.to_host(cd)]), np.concatenate([*want_all, wc]))
     return run
 
 
@@ -227,25 +230,53 @@ def rng_case() -> Case:
     return run
 
 
-def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool) -> Case:
+def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int | None = None, F: int | None = None,
+             up_qt=None, down_qt=None) -> Case:
+    """Router + top-k + experts + combine vs ref.moe. E, F default to small shapes; up_qt / down_qt
+    default to qt (a different up type takes ops/cuda/moe.py's gate/up fallback)."""
+    up_qt, down_qt = up_qt or qt, down_qt or qt
+    kq = any(q in (Q.Q4_K, Q.Q5_K, Q.Q6_K) for q in (qt, up_qt, down_qt))
+
     def run(name, ref, cu, rng):
-        E, F = (256, 96) if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else (160, 96)
-        if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
-            F = 256  # K-quants need K % 256 == 0 for the down projection's input
+        e = E or (256 if kq else 160)
+        f = F or (256 if kq else 96)  # K-quants need K % 256 == 0 for the down projection's input
         tag = f"{name}:"  # the ops cache weights by (name, data address): addresses recur across cases
-        router = _weight(Q.F32, X, E, rng, tag + "router")
-        ge = FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E))
-        ue = FakeTensor(tag + "up_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E))
-        de = FakeTensor(tag + "down_exps", random_raw(qt, X * E, F, rng), qt, (X, E, F))
-        x = rng.standard_normal((T, E)).astype(np.float32)
-        r = rng.standard_normal((T, E)).astype(np.float32) if residual else None
-        want = np.empty((T, E), np.float32)
+        router = _weight(Q.F32, X, e, rng, tag + "router")
+        ge = FakeTensor(tag + "gate_exps", random_raw(qt, X * f, e, rng), qt, (X, f, e))
+        ue = FakeTensor(tag + "up_exps", random_raw(up_qt, X * f, e, rng), up_qt, (X, f, e))
+        de = FakeTensor(tag + "down_exps", random_raw(down_qt, X * e, f, rng), down_qt, (X, e, f))
+        x = rng.standard_normal((T, e)).astype(np.float32)
+        r = rng.standard_normal((T, e)).astype(np.float32) if residual else None
+        want = np.empty((T, e), np.float32)
         ref.moe(x, *(ref.load_weight(t) for t in (router, ge, ue, de)), n_used=k, norm_weights=norm, act="silu",
                 out=want, residual=None if r is None else r.copy())
-        out = _dev(cu, r) if residual else cu.zeros((T, E))
+        out = _dev(cu, r) if residual else cu.zeros((T, e))
         cu.moe(_dev(cu, x), *(cu.load_weight(t) for t in (router, ge, ue, de)), n_used=k, norm_weights=norm,
                act="silu", out=out, residual=out if residual else None)  # residual aliases out, as in qwen3moe
         return compare(name, "matmul", cu.to_host(out), want)
+    return run
+
+
+def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int) -> Case:
+    """Speculative verify (T tokens in one call) gives bit-identical rows to T decode calls (T = 1): the
+    MoE layer's batch_rows_exact contract (routing, experts and combine per token, fixed order)."""
+    def run(name, ref, cu, rng):
+        tag = f"{name}:"
+        ws = [_weight(Q.F32, X, E, rng, tag + "router"),
+              FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
+              FakeTensor(tag + "up_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
+              FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
+        w = [cu.load_weight(t) for t in ws]
+        x = rng.standard_normal((T, E)).astype(np.float32)
+        r = rng.standard_normal((T, E)).astype(np.float32)
+        many = _dev(cu, r)
+        cu.moe(_dev(cu, x), *w, n_used=k, norm_weights=True, act="silu", out=many, residual=many)
+        ones = []
+        for t in range(T):
+            o = _dev(cu, r[t:t + 1])
+            cu.moe(_dev(cu, x[t:t + 1]), *w, n_used=k, norm_weights=True, act="silu", out=o, residual=o)
+            ones.append(cu.to_host(o))
+        return compare(name, "exact", np.concatenate(ones), cu.to_host(many))
     return run
 
 
@@ -292,6 +323,8 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"glu {act} [3, 1000]", glu_case(act)
     yield "sample greedy V=5003 (ties)", sample_case(False)
     yield "sample greedy V=5003 +penalties", sample_case(True)
+    yield "sample greedy V=151936 (128 blocks) x3", sample_case(False, V=151936)
+    yield "sample greedy V=151936 +penalties x3", sample_case(True, V=151936)
     yield "rng philox4x32-10 uniform x64 (64-bit seed)", rng_case()
     for V, sp, pen in ((5003, SamplingParams(temperature=0.8, seed=11), False),
                        (5003, SamplingParams(temperature=1.3, top_k=40, seed=2**40 + 3), False),
@@ -309,6 +342,21 @@ def cases() -> Iterator[tuple[str, Case]]:
                                    (Q.F32, 20, 12, 3, True, False)):
         yield f"moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
             moe_case(qt, T, X, k, norm, res)
+    # decode path at qwen3-30b-a3b's expert shapes (E=2048, F=768, k=8; X cut to 16 to keep the
+    # reference cheap), its down types, and both fallbacks (gate/up formats differ; F too long to stage)
+    for T, dq in ((1, Q.Q6_K), (5, Q.Q4_K), (9, Q.Q6_K)):
+        yield f"moe decode Q4_K/Q4_K/{dq.name} T={T} X=16 k=8 E=2048 F=768 norm +res", \
+            moe_case(Q.Q4_K, T, 16, 8, True, True, E=2048, F=768, down_qt=dq)
+    yield "moe decode Q8_0/Q8_0/Q8_0 T=2 X=12 k=8 E=1024 F=544 norm +res", \
+        moe_case(Q.Q8_0, 2, 12, 8, True, True, E=1024, F=544)
+    yield "moe decode Q5_K/Q5_K/Q5_K T=3 X=10 k=3 E=768 F=512", moe_case(Q.Q5_K, 3, 10, 3, False, False, E=768, F=512)
+    yield "moe decode fallback Q4_K/Q5_K/Q6_K T=2 X=16 k=4 +res", \
+        moe_case(Q.Q4_K, 2, 16, 4, True, True, up_qt=Q.Q5_K, down_qt=Q.Q6_K)
+    yield "moe decode fallback Q4_0 F=12288 T=3 X=4 k=2 E=64 +res", \
+        moe_case(Q.Q4_0, 3, 4, 2, True, True, E=64, F=12288)
+    for qt, dq in ((Q.Q4_K, Q.Q6_K), (Q.Q8_0, Q.Q8_0), (Q.F16, Q.F16)):
+        yield f"moe decode==verify bitwise {qt.name}/{dq.name} T=9 X=16 k=8 E=2048 F=768", \
+            moe_verify_case(qt, dq, 9, 16, 8, 2048, 768)
     yield "advance pos += 3", advance_case()
     from .kernel_cases_prefill import cases as prefill_cases  # T > 16: fp16 GEMM, flash attention
 

@@ -47,9 +47,10 @@ def gemm_case(qt, T: int, bias: bool, residual: bool, softcap: float = 0.0, prec
             cu.matmul(cu.load_weight(ti), _dev(cu, x), out=out, bias=None if b is None else _dev(cu, b),
                       residual=out if residual else None, softcap=softcap)  # residual aliases out
             got = cu.to_host(out)
+            split = prefill.is_split(cu, default_path(qt.name, n, kk) == "q8")
         finally:
             cu.prefill_precision, prefill.PREFILL_SCRATCH = old_p, old_s
-        return compare(name, "matmul" if precision == "split" else "gemm16", got, want)
+        return compare(name, "matmul" if split else "gemm16", got, want)
     return run
 
 
@@ -69,6 +70,10 @@ def cases() -> Iterator[tuple[str, Case]]:
     for qt, kk in ((Q.Q4_K, 2048), (Q.Q6_K, 4096), (Q.Q8_0, 2048)):  # q8-decoded weights: rounded x
         yield f"prefill gemm {qt.name:<5} N=333 K={kk} T=40 +bias +res (x as q8)", \
             gemm_case(qt, 40, True, True, k=kk)
+        yield f"prefill gemm auto {qt.name:<5} N=333 K={kk} T=40 +res (x as q8, fp16)", \
+            gemm_case(qt, 40, False, True, k=kk, precision="auto")
+    yield "prefill gemm auto Q6_K N=1001 K=4096 T=40 in 1 MiB chunks (fp16)", \
+        gemm_case(Q.Q6_K, 40, False, True, n=1001, k=4096, scratch=1 << 20, precision="auto")
     for D, G, T, p0, window, softcap in (
         (64, 3, 17, 0, None, None), (64, 7, 100, 37, None, None), (64, 1, 300, 0, None, None),
         (64, 5, 40, 1000, 257, None), (64, 3, 77, 64, 32, None),

@@ -120,7 +120,80 @@ def decode_verify_case(qt, cfg, multi: bool = False) -> Case:
     return run
 
 
+def _scratch_q8(cu, T: int, k: int) -> np.ndarray:
+    """The q8 scratch (codes, scale bits, half-group sums) as one float64 vector."""
+    from .ops.cuda import q8
+
+    xq, xs = q8.buffers(cu, T, k)
+    dq, ds = unpack_xs(cu.to_host(xs).reshape(T, k // 32, 2))
+    return np.concatenate([cu.to_host(xq).astype(np.float64), dq.view(np.int32).ravel(), ds.ravel()])
+
+
+def _want_q8(x: np.ndarray) -> np.ndarray:
+    wq, wd, wsum = quantize_x_ref(x)
+    return np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel()])
+
+
+def fused_producer_case(kind: str, T: int, k: int, add: bool = False) -> Case:
+    """rmsnorm_q8 / glu_q8 leave in the q8 scratch exactly what quantize_x makes of their own output
+    (exact), and that output matches the reference (elementw)."""
+    def run(name, ref, cu, rng):
+        x = _x(rng, T, k)
+        if kind == "norm":
+            w = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+            a = rng.standard_normal((T, k)).astype(np.float32) if add else None
+            want, xr = np.empty_like(x), x.copy()
+            ref.rmsnorm(xr, w, 1e-6, out=want, add=a)
+            xd, out = _dev(cu, x), cu.zeros((T, k))
+            cu.rmsnorm(xd, _dev(cu, w), 1e-6, out=out, add=None if a is None else _dev(cu, a))
+        else:
+            u = rng.standard_normal((T, k)).astype(np.float32)
+            want = np.empty_like(x)
+            ref.glu(x.copy(), u, "silu", out=want)
+            out = _dev(cu, x)
+            cu.glu(out, _dev(cu, u), "silu", out=out)  # out aliases gate, as in the forwards
+        got = cu.to_host(out)
+        r = compare(name, "elementw", got, want)
+        if not r.ok:
+            return r
+        return compare(name, "exact", _scratch_q8(cu, T, k), _want_q8(got))
+    return run
+
+
+def fused_consumer_case(qts, T: int) -> Case:
+    """rmsnorm_q8 -> q8 matmul_multi (no quantize_x launch in between) vs matmul_q8_ref of the norm's output."""
+    def run(name, ref, cu, rng):
+        k = 768
+        ns = (301, 77, 45)[: len(qts)]
+        tis = [_weight(q, n, k, rng, f"{name}.w{i}") for i, (q, n) in enumerate(zip(qts, ns, strict=True))]
+        x, w = _x(rng, T, k), (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+        xd, xn = _dev(cu, x), cu.zeros((T, k))
+        outs = [cu.zeros((T, n)) for n in ns]
+        wd, ws = _dev(cu, w), [cu.load_weight(t) for t in tis]
+        with _forced(cu, qts[:1]):
+            cu.rmsnorm(xd, wd, 1e-6, out=xn)
+            launches = []
+            orig = cu._launch
+            cu._launch = lambda fn, *a: (launches.append(fn), orig(fn, *a))  # count what runs
+            try:
+                cu.matmul_multi(ws, xn, outs=outs)
+            finally:
+                cu._launch = orig
+        if len(launches) != 1:  # the fused producer's quantization must have been used
+            return compare(name, "exact", np.array([len(launches)]), np.array([1]))
+        want = [matmul_q8_ref(ref.load_weight(t).data, cu.to_host(xn)) for t in tis]
+        return compare(name, "matmul_q8", np.concatenate([cu.to_host(o).ravel() for o in outs]),
+                       np.concatenate([v.ravel() for v in want]))
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
+    for T, k, add in ((1, 4096, True), (5, 1024, False), (16, 896, True), (1, 2048, False)):
+        yield f"q8 fused rmsnorm_q8 T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
+    for T, k in ((1, 12288), (3, 3072), (16, 544)):
+        yield f"q8 fused glu_q8 T={T} K={k}", fused_producer_case("glu", T, k)
+    yield "q8 fused rmsnorm_q8 -> matmul_multi Q4_K+Q4_K+Q6_K T=1", fused_consumer_case((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1)
+    yield "q8 fused rmsnorm_q8 -> matmul_multi Q8_0+Q8_0 T=9", fused_consumer_case((Q.Q8_0, Q.Q8_0), 9)
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     for qt in Q8_FORMATS:

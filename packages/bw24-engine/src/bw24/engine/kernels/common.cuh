@@ -41,3 +41,10 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
     v = lane < nw ? red[lane] : 0.f;
     return warp_sum(v);
 }
+
+// The gating activation of glu (elementwise.cu) and glu_q8 (qmatvec_q8.cu): act 0 = silu g/(1+e^-g),
+// 1 = gelu_tanh 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+__device__ __forceinline__ float glu_act(float g, int act) {
+    if (act == 0) return g / (1.f + expf(-g));
+    return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+}

@@ -10,14 +10,7 @@
 
 extern "C" __global__ void glu(const float* gate, const float* __restrict__ up, float* out, i64 n, int act) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const float g = gate[i];
-        float a;
-        if (act == 0) {
-            a = g / (1.f + expf(-g));
-        } else {
-            a = 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-        }
-        out[i] = a * up[i];
+        out[i] = glu_act(gate[i], act) * up[i];
     }
 }
 

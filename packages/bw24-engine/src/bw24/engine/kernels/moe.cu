@@ -4,23 +4,44 @@
 // Formula (ops/ref.py moe, llama.cpp build_moe_ffn with softmax gating), per token t:
 //   p = softmax(router_logits[t]) (float64); sel = the k largest p (ties: lower expert index),
 //   in descending order; w_j = p[sel_j] (/ sum_j p[sel_j] when norm), stored as float32;
-//   out[t] = residual[t] + sum_j (w_j * down_{sel_j}(act(gate_{sel_j} x_t) * up_{sel_j} x_t)), the
-//   sum in j order with float32 products and adds rounded one by one (as the reference does).
-// Thread-to-data mapping: moe_route: one warp per token, lanes stride the X experts, k rounds of a
-//   warp argmax. moe_mv: grid (row blocks, T*k slots), one warp per output row of expert sel[slot];
-//   lanes walk the 32-column groups (decode_group from quant.cuh), warp-sum at the end.
-//   moe_combine: one thread per (token, column).
-// Bytes moved: route 4*T*X read; moe_mv the selected experts' repacked rows only (k/X of the tensor
-//   per token) + 4K per slot of x; combine 4*T*E*(k + 2).
-#include "quant.cuh"
+//   h_j = act(gate_{sel_j} x_t) * up_{sel_j} x_t   (common.cuh glu_act: elementwise.cu glu's arithmetic)
+//   out[t] = residual[t] + sum_j (w_j * down_{sel_j} h_j), the sum in j order with float32 products
+//   and adds rounded one by one (as the reference does).
+// Decode (T <= 16) launches per layer: router matvec, moe_route, moe_gu (gate + up + act), moe_down
+// (down + combine). A row's dot product is summed in an order fixed by (L, K) only, never by T or the
+// other slots, so speculative verify rows equal decode rows bit for bit (batch_rows_exact).
+//
+// Thread-to-data mapping:
+//   moe_route: one warp per token, lane holds experts lane + 32 j; k rounds of a warp argmax
+//     (__reduce_*_sync on the probability's bits, then the lowest index among the ties).
+//   moe_gu / moe_down: grid (row blocks, T); warp w of a block serves routed slot t*k + w (+ nw ..).
+//     A warp is 32/L segments of L lanes; a segment owns R consecutive rows; lane j of a segment
+//     walks groups j, j + L, ... (U groups of R rows, of gate and up for moe_gu, loaded before any
+//     arithmetic), a 32-column group's dot is qdot.cuh's group_dot; an xor butterfly over the L
+//     lanes ends the row. x (moe_gu: x[t], staged once per block; moe_down: h[slot], staged per
+//     warp) sits in shared memory with float4 swizzle (group g's i-th float4 at 8g + (i ^ g&7)), so
+//     the 8 lanes of a 128-bit shared-load phase, reading 8 consecutive groups, hit 8 bank quads;
+//     group sums of x (Q4_1/Q4_K/Q5_K's minimum term) are computed once there too.
+//     moe_down keeps each slot's down row in shared memory and thread r of the block adds the k of
+//     them into out in j order (moe_combine's arithmetic).
+//   moe_mv (fallback: gate/up of different formats, or x too long for shared memory): one warp per
+//     output row, lanes walk the 32-column groups (decode_group), warp-sum at the end.
+//   moe_combine (prefill and the fallback): one thread per (token, column).
+// Bytes moved: route 4*T*X read; gu/down the selected experts' repacked rows only (k/X of each
+//   tensor per token, e.g. Q4_K 4.625 bits/weight), x from L2 once per block (4*E) or per warp
+//   (4*F); out 4*T*k*F (gu), 4*T*E (+ 4*T*E residual) (down).
+#include "qdot.cuh"
 
-#define MOE_WARPS 4
+#define MOE_WARPS 4      // moe_mv
+#define MOE_MAX_WARPS 8  // moe_gu / moe_down: at most this many warps (routed slots) per block
 
 __device__ __forceinline__ void better_d(double& v, int& i, double v2, int i2) {
     if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
 }
 
 // logits [T, X] -> sel int32 [T, k], wts float32 [T, k]. X <= 1024 (a 32-bit mask per lane).
+// p is computed once per expert (the same expression, so the same double, as recomputing it per round).
+// Finite logits give the same sel / wts as the per-round shuffle argmax this replaced.
 extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, int k, int norm,
                                      int* __restrict__ sel, float* __restrict__ wts) {
     const int t = blockIdx.x, lane = threadIdx.x;
@@ -29,24 +50,43 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, in
     for (int x = lane; x < X; x += 32) m = fmax(m, (double)l[x]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(FULL_MASK, m, o));
+    double p[32];  // p[j]: expert lane + 32 j
     double s = 0.0;
-    for (int x = lane; x < X; x += 32) s += exp((double)l[x] - m);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        p[j] = 0.0;
+        if (32 * j >= X) break;  // warp-uniform: X/32 rounds, not 32
+        if (lane + 32 * j < X) {
+            p[j] = exp((double)l[lane + 32 * j] - m);
+            s += p[j];
+        }
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        if (32 * j >= X) break;
+        p[j] = p[j] / s;
+    }
     u32 taken = 0;  // bit j: expert lane + 32 j already selected
     double pw[32];
     double total = 0.0;
     for (int r = 0; r < k; ++r) {
         double bv = -INFINITY;
         int bi = 0x7fffffff;
-        for (int x = lane, j = 0; x < X; x += 32, ++j)
-            if (!((taken >> j) & 1)) better_d(bv, bi, exp((double)l[x] - m) / s, x);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const double v2 = __shfl_xor_sync(FULL_MASK, bv, o);
-            const int i2 = __shfl_xor_sync(FULL_MASK, bi, o);
-            better_d(bv, bi, v2, i2);
+        for (int j = 0; j < 32; ++j) {
+            if (32 * j >= X) break;
+            if (lane + 32 * j < X && !((taken >> j) & 1)) better_d(bv, bi, p[j], lane + 32 * j);
         }
+        // warp argmax with better_d's order (larger p, then lower index) in three warp reductions: p >= 0,
+        // so its bits + 1 order as its values (0: no candidate left in this lane)
+        const u64 key = bi == 0x7fffffff ? 0ull : (u64)__double_as_longlong(bv) + 1ull;
+        const u32 hi = __reduce_max_sync(FULL_MASK, (u32)(key >> 32));
+        const u32 lo = __reduce_max_sync(FULL_MASK, (u32)(key >> 32) == hi ? (u32)key : 0u);
+        const u64 best = ((u64)hi << 32) | lo;
+        bi = (int)__reduce_min_sync(FULL_MASK, key == best ? (u32)bi : 0xffffffffu);
+        bv = __longlong_as_double((long long)(best - 1ull));
         if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
         pw[r] = bv;
         total += bv;
@@ -56,6 +96,184 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, in
         for (int r = 0; r < k; ++r) wts[(i64)t * k + r] = (float)(norm ? pw[r] / total : pw[r]);
 }
 
+// ---- x staged in shared memory (moe_gu, moe_down) ------------------------------------------------
+__device__ __forceinline__ int swz(int g, int i) { return 8 * g + (i ^ (g & 7)); }
+
+// xs[swz(c / 8, c % 8)] = x float4 c, for the threads i0, i0 + stride, ... of the caller's group.
+__device__ __forceinline__ void stage_x(const float* __restrict__ x, int K, float* xs, int i0, int stride) {
+    const float4* s = reinterpret_cast<const float4*>(x);
+    float4* d = reinterpret_cast<float4*>(xs);
+    for (int c = i0; c < (K >> 2); c += stride) d[swz(c >> 3, c & 7)] = __ldg(s + c);
+}
+
+__device__ __forceinline__ void load_x(const float* xs, int g, float xr[32]) {
+    const float4* s = reinterpret_cast<const float4*>(xs);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float4 f = s[swz(g, i)];
+        xr[4 * i] = f.x; xr[4 * i + 1] = f.y; xr[4 * i + 2] = f.z; xr[4 * i + 3] = f.w;
+    }
+}
+
+// xs[K + g] = sum32 of group g (only the formats whose group dot has a minimum term read it).
+template <int FMT>
+__device__ __forceinline__ void stage_sx(float* xs, int K, int i0, int stride) {
+    for (int g = i0; g < (K >> 5); g += stride) {
+        float xr[32];
+        load_x(xs, g, xr);
+        xs[K + g] = sum32(xr);
+    }
+}
+
+// Floats one staged vector takes: K values, then G group sums padded to a float4.
+__device__ __forceinline__ int xs_floats(int K) { return K + (((K >> 5) + 3) & ~3); }
+
+// One segment's R rows (clamped to N-1) of expert e: a[r] = A row . x, b[r] = B row . x (GLU), over the
+// segment's L lanes; lane j takes groups j, j + L, ... in increasing order, U groups of every row per
+// batch, loaded before any arithmetic. The caller load()s the first batch before x is staged (the
+// weight stream overlaps the staging); finish() runs the rest, then an xor butterfly that leaves every
+// lane of the segment with the same sums (fp32 addition is commutative).
+template <int FMT, int R, int U, bool GLU>
+struct Seg {
+    GRaw<FMT> ra[U][R];
+    GRaw<FMT> rb[GLU ? U : 1][GLU ? R : 1];
+    i64 row[R];
+    float a[R], b[R];
+    int G_END;
+
+    __device__ __forceinline__ Seg(i64 e, int n0, int N, int K) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            row[r] = e * N + min(n0 + r, N - 1);
+            a[r] = 0.f;
+            b[r] = 0.f;
+        }
+#ifdef BW24_PLANTED_BUG
+        G_END = (K >> 5) - 1;  // kernel_check canary: an off-by-one that drops the last group
+#else
+        G_END = K >> 5;
+#endif
+    }
+
+    __device__ __forceinline__ void load(const Planes& A, const Planes& B, int g0, int L, int K) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int g = max(min(g0 + u * L, G_END - 1), 0);  // past the end: a harmless reload, not summed
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                load_group<FMT>(A, row[r], g, K, ra[u][r]);
+                if constexpr (GLU) load_group<FMT>(B, row[r], g, K, rb[u][r]);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void acc(int g0, int L, int K, const float* xs) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int g = g0 + u * L;
+            if (g < G_END) {
+                float xr[32];
+                load_x(xs, g, xr);
+                const float sx = needs_sx<FMT>() ? xs[K + g] : 0.f;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    a[r] += group_dot<FMT>(ra[u][r], xr, sx);
+                    if constexpr (GLU) b[r] += group_dot<FMT>(rb[u][r], xr, sx);
+                }
+            }
+        }
+    }
+
+    // The batches after the first (already loaded at g0 = j), then the butterfly over L lanes.
+    __device__ __forceinline__ void finish(const Planes& A, const Planes& B, int j, int L, int K, const float* xs) {
+        for (int g0 = j; g0 < G_END; g0 += U * L) {
+            if (g0 != j) load(A, B, g0, L, K);
+            acc(g0, L, K, xs);
+        }
+        for (int o = L >> 1; o > 0; o >>= 1)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                a[r] += __shfl_xor_sync(FULL_MASK, a[r], o);
+                if constexpr (GLU) b[r] += __shfl_xor_sync(FULL_MASK, b[r], o);
+            }
+    }
+};
+
+// out[slot, n] = act(gate_e row n . x[t]) * (up_e row n . x[t]), slot = t*k + s, e = sel[slot].
+// Gate and up: stacked experts [X, N, K] of one format. Dynamic smem: 4 * xs_floats(K) bytes.
+template <int FMT, int R, int U>
+__global__ void __launch_bounds__(MOE_MAX_WARPS * 32, 2)
+moe_gu(const void* __restrict__ ga, const void* __restrict__ gb, const void* __restrict__ gc,
+       const void* __restrict__ gd, const void* __restrict__ ua, const void* __restrict__ ub,
+       const void* __restrict__ uc, const void* __restrict__ ud, const int* __restrict__ sel, int k,
+       const float* __restrict__ x, int K, int N, int L, int act, float* __restrict__ out) {
+    extern __shared__ float4 smem4[];
+    float* xs = reinterpret_cast<float*>(smem4);
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, nw = blockDim.x >> 5;
+    const int seg = lane / L, j = lane % L;
+    const int n0 = blockIdx.x * (32 / L) * R + seg * R;
+    const Planes A{ga, gb, gc, gd}, B{ua, ub, uc, ud};
+    for (int s = tid >> 5; s < k; s += nw) {
+        const int slot = t * k + s;
+        Seg<FMT, R, U, true> sg((i64)sel[slot], n0, N, K);
+        sg.load(A, B, j, L, K);
+        if (s == (tid >> 5)) {  // first slot of every warp (nw <= k): stage x[t] while its weight loads fly
+            stage_x(x + (i64)t * K, K, xs, tid, blockDim.x);
+            __syncthreads();
+            if constexpr (needs_sx<FMT>()) {
+                stage_sx<FMT>(xs, K, tid, blockDim.x);
+                __syncthreads();
+            }
+        }
+        sg.finish(A, B, j, L, K, xs);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (j == r && n0 + r < N) out[(i64)slot * N + n0 + r] = glu_act(sg.a[r], act) * sg.b[r];  // as glu
+    }
+}
+
+// out[t, n] = residual[t, n] + sum_s wts[t, s] * (down_e row n . h[t*k + s])   (s in order; e = sel[t*k + s];
+// residual may alias out, or be null). Dynamic smem: 4 * (nw * xs_floats(K) + k * RB) bytes,
+// RB = (32 / L) * R rows per block.
+template <int FMT, int R, int U>
+__global__ void __launch_bounds__(MOE_MAX_WARPS * 32, 2)
+moe_down(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
+         const void* __restrict__ pd, const int* __restrict__ sel, const float* __restrict__ wts, int k,
+         const float* __restrict__ h, int K, int N, int L, const float* residual, float* out) {
+    extern __shared__ float4 smem4[];
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
+    const int RB = (32 / L) * R;
+    float* xs = reinterpret_cast<float*>(smem4) + w * xs_floats(K);  // this warp's staged h row
+    float* dsm = reinterpret_cast<float*>(smem4) + nw * xs_floats(K);  // [k, RB] down rows
+    const int seg = lane / L, j = lane % L;
+    const int nb = blockIdx.x * RB, n0 = nb + seg * R;
+    const Planes P{pa, pb, pc, pd};
+    for (int s = w; s < k; s += nw) {
+        const int slot = t * k + s;
+        Seg<FMT, R, U, false> sg((i64)sel[slot], n0, N, K);
+        sg.load(P, P, j, L, K);  // the weight stream overlaps the staging of h[slot]
+        __syncwarp();            // every lane is done reading the previous slot's staged row
+        stage_x(h + (i64)slot * K, K, xs, lane, 32);
+        __syncwarp();
+        if constexpr (needs_sx<FMT>()) {
+            stage_sx<FMT>(xs, K, lane, 32);
+            __syncwarp();
+        }
+        sg.finish(P, P, j, L, K, xs);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (j == r) dsm[s * RB + seg * R + r] = sg.a[r];
+    }
+    __syncthreads();
+    if (tid < RB && nb + tid < N) {
+        const int n = nb + tid;
+        float y = residual ? residual[(i64)t * N + n] : 0.f;
+        for (int s = 0; s < k; ++s) y = __fadd_rn(y, __fmul_rn(wts[(i64)t * k + s], dsm[s * RB + tid]));
+        out[(i64)t * N + n] = y;
+    }
+}
+
+// ---- fallback and prefill pieces ------------------------------------------------------------------
 // out[slot, n] = W[sel[slot]] row n . x[slot or slot / k]. W: stacked experts [X, N, K] (rows X*N).
 template <int FMT>
 __global__ void __launch_bounds__(MOE_WARPS * 32)

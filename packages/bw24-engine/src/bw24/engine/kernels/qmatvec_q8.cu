@@ -17,8 +17,10 @@
 // bit-identical to the T = 1 launch (speculative verify == decode).
 //
 // Bytes moved (HBM): the repacked weight once, plus T*K*1.25 of xq (L2/L1) and T*N*4 out.
-// quantize_x: T*K*4 read, T*K*1.25 written.
+// quantize_x: T*K*4 read, T*K*1.25 written (quant_x.cuh: the arithmetic, shared with the fused
+// producers rmsnorm_q8 (norm.cu) and glu_q8 below, which save its launch).
 #include "qdot_q8.cuh"
+#include "quant_x.cuh"
 
 // One warp per (token, group): lane j owns x_j. Grid: ceil(T*G / (blockDim/32)) blocks.
 extern "C" __global__ void quantize_x(const float* __restrict__ x, int T, int K, i8* __restrict__ xq,
@@ -26,16 +28,19 @@ extern "C" __global__ void quantize_x(const float* __restrict__ x, int T, int K,
     const int G = K >> 5, lane = threadIdx.x & 31;
     const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // t * G + g
     if (i >= (i64)T * G) return;
-    const float v = x[32 * i + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.f);
-    const int q = d > 0.f ? (int)rintf(__fdiv_rn(v, d)) : 0;
-    xq[32 * i + lane] = (i8)q;
-    int s = q;  // sums over lanes 0-15 and 16-31 (exact integers: order is irrelevant)
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
-    const int s1 = __shfl_sync(FULL_MASK, s, 16);
-    if (lane == 0) xs[i] = make_int2(__float_as_int(d), (int)(((u32)s & 0xFFFFu) | ((u32)s1 << 16)));
+    quant_group32(x[32 * i + lane], lane, xq + 32 * i, xs + i);
+}
+
+// glu (elementwise.cu) with quantize_x fused behind it, for a down projection on the q8 path:
+// out = act(gate) * up (out may alias gate), then out's groups into xq/xs. Same mapping as quantize_x.
+extern "C" __global__ void glu_q8(const float* gate, const float* __restrict__ up, float* out, int T, int K,
+                                  int act, i8* __restrict__ xq, int2* __restrict__ xs) {
+    const int G = K >> 5, lane = threadIdx.x & 31;
+    const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (i >= (i64)T * G) return;
+    const float v = glu_act(gate[32 * i + lane], act) * up[32 * i + lane];
+    out[32 * i + lane] = v;
+    quant_group32(v, lane, xq + 32 * i, xs + i);
 }
 
 template <int FMT, int W, int R, int NT>

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,13 @@ class Ops(ABC):
     xp: Any = np  # array module for views
     # Gate tolerance: largest |prefill - decode| logit difference run-gen accepts on this backend.
     verify_tolerance: float = 1e-2
+    # Does some matvec round its activations to int8 (cuda's q8 path)? Then the gate runs the exact
+    # comparison inside exact_activations() and checks the int8 forward against it (engine.Drift).
+    quantizes_activations: bool = False
+
+    def exact_activations(self) -> AbstractContextManager:
+        """A context in which every op keeps fp32 activations (a no-op where none rounds them)."""
+        return nullcontext()
 
     # ---- memory -------------------------------------------------------------------------------
     @abstractmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,44 @@ def parse_llama_bench_json(text: str, cell: Cell) -> dict:
                           f"n_depth={cell.depth} (cell {cell.id})")
 
 
+def device_used_bytes() -> int | None:
+    """Device memory in use by every process (total - free), or None without cupy / a GPU."""
+    try:
+        import cupy
+
+        free, total = cupy.cuda.runtime.memGetInfo()
+        return int(total) - int(free)
+    except Exception:  # noqa: BLE001 - no GPU: no VRAM figure
+        return None
+
+
+class VramSampler:
+    """Peak device memory used above the level at entry, polled every `every` s on a thread while the
+    block runs: llama-bench's peak VRAM, seen from our process (whose own use stays constant meanwhile)."""
+
+    def __init__(self, every: float = 0.01) -> None:
+        self.every, self.value, self._stop = every, None, threading.Event()
+
+    def _poll(self, base: int) -> None:
+        peak = 0
+        while not self._stop.wait(self.every):
+            u = device_used_bytes()
+            peak = max(peak, (u or base) - base)
+        self.value = peak
+
+    def __enter__(self):
+        base = device_used_bytes()
+        self._t = threading.Thread(target=self._poll, args=(base,), daemon=True) if base is not None else None
+        if self._t:
+            self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._t:
+            self._stop.set()
+            self._t.join()
+
+
 @dataclass
 class LlamaBench:
     """Calls llama-bench once per rep(); keeps its samples and the build/GPU it reported."""
@@ -73,14 +112,19 @@ class LlamaBench:
         """n timed repetitions in one llama-bench process (-r n): its per-rep tok/s (samples_ts).
         One process per block saves a model load per rep (seconds for a 32B GGUF)."""
         cmd = llama_bench_args(self.binary, self.gguf, self.cell, n, self.extra)
+        peak = VramSampler()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+            with peak:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise LlamaBenchError(f"llama-bench could not run ({e})") from None
         if p.returncode != 0:
             raise LlamaBenchError(f"llama-bench exited {p.returncode}: {p.stderr.strip()[-400:]}")
         t = parse_llama_bench_json(p.stdout, self.cell)
+        prev = self.info.get("vram_peak_bytes")
         self.info = {k: t.get(k) for k in ("build_commit", "build_number", "gpu_info", "backends", "model_size")}
+        if peak.value is not None:  # the largest over this cell's llama-bench processes
+            self.info["vram_peak_bytes"] = max(peak.value, prev or 0)
         if n == 1:
             return [float(t["avg_ts"])]
         ts = t.get("samples_ts")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,17 @@ def _i32(v) -> np.int32:
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
+    quantizes_activations = True  # the q8 matvec path (launch.default_path)
+
+    @contextmanager
+    def exact_activations(self):
+        """Every matvec on the fp32-activation path and no x_round_q8 in prefill (the gate's exact
+        half); eager calls only: a graph captured inside keeps the paths it was captured with."""
+        old, self.qmv_configs.force_path = self.qmv_configs.force_path, "f32"
+        try:
+            yield
+        finally:
+            self.qmv_configs.force_path = old
     # Speculative verify: are batched rows (T <= 16) bit-identical to decode steps? A measured claim,
     # never assumed: `benchmarks/spec_bench.py OUT --cells exact` checks it on the device (re-run after
     # any matvec/attention/norm kernel change). Measured YES on the H200 at 4a5c2e7 (smollm2, T = 2..16,
@@ -53,11 +65,15 @@ class CudaOps(Ops):
         self.variant = variant  # "" = production kernels; tests may select a planted-bug variant
         self._cache: dict[tuple[str, int], Any] = {}
         self._scratch: dict[str, Any] = {}
+        # (ptr, T, K) of the activation whose int8 quantization is in the q8 scratch (ops/cuda/q8.py):
+        # set by a fused producer (rmsnorm_q8, glu_q8) after its launch, cleared by any launch,
+        # allocation or host copy, so only the very next op (a q8 matvec of those rows) may use it.
+        self._q8_ready: tuple | None = None
         self.weight_bytes = 0
         self.use_graphs = use_graphs
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
-        self.prefill_precision = "split"  # prefill GEMM: "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
+        self.prefill_precision = "auto"  # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
@@ -65,6 +81,7 @@ class CudaOps(Ops):
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args) -> None:
+        self._q8_ready = None  # the launch may write any buffer: producers re-mark after launching
         with self.stream:
             fn(tuple(int(g) for g in grid), (int(block),), args)
 
@@ -78,10 +95,12 @@ class CudaOps(Ops):
 
     # ---- memory ---------------------------------------------------------------------------------
     def empty(self, shape, dtype=np.float32):
+        self._q8_ready = None  # a fresh array may reuse a marked address
         with self.stream:
             return self.cp.empty(shape, dtype=dtype)
 
     def zeros(self, shape, dtype=np.float32):
+        self._q8_ready = None
         with self.stream:
             return self.cp.zeros(shape, dtype=dtype)
 
@@ -94,10 +113,12 @@ class CudaOps(Ops):
         src = np.ascontiguousarray(src, dtype=dst.dtype)
         if dst.shape != src.shape:
             raise ValueError(f"copy_from_host: shape {src.shape} into {dst.shape}")
+        self._q8_ready = None
         dst.set(src, stream=self.stream)
 
     def copy_device(self, dst, src) -> None:
         """dst[...] = src on the device (capturable; used to keep tokens of queued replays)."""
+        self._q8_ready = None
         with self.stream:
             dst[...] = src
 
@@ -153,6 +174,7 @@ class CudaOps(Ops):
     def _put(self, host: np.ndarray):
         """Upload through the runtime arena's reusable pinned staging buffer (chunked, one read of the mmap)."""
         host = np.ascontiguousarray(host)
+        self._q8_ready = None
         with self.stream:
             d = self.cp.empty(host.shape, host.dtype)
         if getattr(self, "_arena", None) is None:
@@ -306,6 +328,11 @@ class CudaOps(Ops):
             raise ValueError(f"activation {act!r} not in {ACTIVATIONS}")
         assert gate.shape == up.shape == out.shape
         n = out.size
+        from . import q8
+
+        if q8.fusable(out):  # decode/verify: quantize_x for the down projection fused in (glu_q8)
+            q8.glu_q8(self, gate, up, ACTIVATIONS.index(act), out)
+            return
         self._launch(self._k("elementwise.cu", "glu"), (min(math.ceil(n / 256), 4096),), 256,
                      (gate, up, out, np.int64(n), _i32(ACTIVATIONS.index(act))))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from .moe import decode_instances
 from .prefill import attn_instances
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -30,17 +31,20 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;
     # when the table picks other q8 configs, add them here so CI compiles what is dispatched.
     "qmatvec_q8.cu": tuple(f"qmv8<{f},{w},{r},1>" for f in (3, 4, 5, 6, 7, 8, 9) for w, r in QMV_CONFIGS[:2])
-    + tuple(f"qmv8<{f},4,1,{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt in QMV_NT[1:])  # + extern "C" quantize_x
+    + tuple(f"qmv8<{f},4,1,{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt in QMV_NT[1:])  # + extern "C" quantize_x, glu_q8
     + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
        "qmv8_3<7,7,9,4,1,4>"),
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}>" for d, dv, g in ATTN_SHAPES)
     + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices
-    "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV),
+    "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV)
+    + tuple(f"rmsnorm_q8<{nv}>" for nv in NORM_NV),  # decode rows with quantize_x fused (ops/cuda/norm.py)
     "rope.cu": (),
     "elementwise.cu": (),
     "sample.cu": (),
     "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
-    "moe.cu": tuple(f"moe_mv<{f}>" for f in range(10)),  # expert matvec per weight format
+    # decode: fused gate/up/act and down/combine per weight format (ops/cuda/moe.py decode_config);
+    # moe_mv per format for the fallbacks (gate and up of different formats, rows too long to stage)
+    "moe.cu": decode_instances() + tuple(f"moe_mv<{f}>" for f in range(10)),
     # prefill (T > 16, ops/cuda/prefill.py): fp16 weight chunks for cuBLAS; attention at the real
     # models' (D, G) (smollm2 64/3, qwen2.5 64/7, qwen3 128/2,4,8, gemma3 256/4) and kernel_check's
     "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),

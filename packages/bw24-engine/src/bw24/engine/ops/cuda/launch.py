@@ -68,6 +68,7 @@ class QmvConfigs:
 
         self.tuning = tuning if tuning is not None else Tuning()
         self.overrides: dict[str, dict] = {}
+        self.force_path: str | None = None  # every weight on this path (CudaOps.exact_activations)
 
     @classmethod
     def for_device(cls, warn=None) -> QmvConfigs:
@@ -83,7 +84,7 @@ class QmvConfigs:
         """(path, W, R) for this weight; "q8" only for formats the q8 kernels implement."""
         name = Q(int(qtype)).name
         cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or default_qmv(n, k)
-        forced = self.overrides.get(name, {}).get("path")  # a workbench sweep may force a path
+        forced = self.force_path or self.overrides.get(name, {}).get("path")  # gate / workbench sweep
         try:
             w, r = check_config(cfg)
             check_path(cfg)  # a corrupt path in the table voids the entry (validated, then unused)

@@ -1,9 +1,13 @@
 """Device mixture of experts (kernels/moe.cu) for CudaOps.moe.
 
-router matvec -> moe_route (softmax + top-k on the device) -> moe_mv gate / up (selected experts
-only, ids read on the device) -> glu -> moe_mv down -> moe_combine (+ residual). No host sync, so a
-qwen3moe decode step is captured as one graph like the dense models. Prefill (T > 16) replaces the
-expert matvecs by per-expert GEMMs after one host read of the routing (moe_prefill.py).
+Decode / verify (T <= 16), 4 launches per layer: router matvec -> moe_route (softmax + top-k on the
+device) -> moe_gu (gate and up of the selected experts, act(gate) * up, one launch) -> moe_down (down
+projection and the weighted combine + residual, one launch). No host sync, so a qwen3moe decode step
+is captured as one graph like the dense models. Prefill (T > 16) replaces the expert matvecs by
+per-expert GEMMs after one host read of the routing (moe_prefill.py), then moe_combine.
+
+Fallbacks (same results within the matmul tolerance, slower): gate and up of different formats run as
+two moe_mv + glu; a row too long for the shared-memory staging (4 * ~K bytes > 48 KiB) runs moe_mv.
 
 Shape legend: T tokens, E n_embd, X experts, F n_ff_expert, k n_used, slots = T * k.
 """
@@ -17,13 +21,68 @@ import numpy as np
 from ...errors import UnsupportedModelError
 from ..base import ACTIVATIONS
 
-MOE_WARPS = 4  # moe.cu's MOE_WARPS
+MOE_WARPS = 4  # moe.cu's MOE_WARPS (moe_mv)
+MAX_WARPS = 8  # moe.cu's MOE_MAX_WARPS: warps (routed slots) per moe_gu / moe_down block
 PREFILL_T = 16  # above this many tokens the expert matvecs give way to grouped GEMMs (as CudaOps.matmul)
+SMEM_MAX = 48 * 1024  # dynamic shared memory a block gets without an opt-in attribute
+WIDE = (0, 1, 2)  # F32 / F16 / BF16: 4-8 vectors per group, so one group of one row per batch (registers)
+# formats whose 2-row segments spill past 128 registers on sm_90a (2 blocks of 8 warps per SM): one row
+ONE_ROW = {"gu": (3, 8, 9), "down": (3,)}  # Q8_0, Q5_K, Q6_K
+
+
+def decode_config(fmt: int, K: int, kind: str) -> tuple[int, int, int]:
+    """(L lanes per row, R rows per segment, U groups per lane per batch) of moe_gu ("gu") / moe_down
+    ("down") for a weight of format `fmt` and row length K. A function of (fmt, K, kind) only, never of
+    T: L and K fix a row's summation order. U covers K/32 groups with as few lanes (>= 8) as it can, so
+    the down projection (K = 768: 24 groups) keeps all 32 lanes busy (4 rows x 8 lanes x 3 groups)."""
+    if kind not in ("gu", "down"):
+        raise ValueError(f"decode_config kind {kind!r}: 'gu' or 'down'")
+    if fmt in WIDE:
+        R, U = 1, 1
+    else:
+        R, U = 1 if fmt in ONE_ROW[kind] else 2, 2 if kind == "gu" else 3
+    G, L = K // 32, 8
+    while L < 32 and L * U < G:
+        L *= 2
+    return L, R, U
+
+
+def decode_instances() -> tuple[str, ...]:
+    """Every moe_gu / moe_down template instance decode_config can ask for (CI's compile set)."""
+    names = []
+    for f in range(10):
+        for kind in ("gu", "down"):
+            _, R, U = decode_config(f, 2048, kind)
+            names.append(f"moe_{kind}<{f},{R},{U}>")
+    return tuple(names)
+
+
+def xs_floats(K: int) -> int:
+    """moe.cu xs_floats: one staged vector = K values + K/32 group sums padded to a float4."""
+    return K + ((K // 32 + 3) & ~3)
+
+
+def gu_smem(K: int) -> int:
+    return 4 * xs_floats(K)
+
+
+def down_plan(K: int, k: int, fmt: int) -> tuple[int, int, int] | None:
+    """(warps per block, rows per block RB, shared bytes) of moe_down, or None if one warp's staging
+    does not fit (then moe_mv + moe_combine)."""
+    L, R, _ = decode_config(fmt, K, "down")
+    rb = 32 // L * R
+    nw = min(k, MAX_WARPS, (SMEM_MAX - 4 * k * rb) // (4 * xs_floats(K)))
+    return (nw, rb, 4 * (nw * xs_floats(K) + k * rb)) if nw >= 1 else None
 
 
 def _check_experts(name: str, w, X: int, n: int, k: int) -> None:
     if len(w.shape) != 3 or tuple(w.shape) != (X, n, k):
         raise UnsupportedModelError(f"moe: {name} {w.shape} is not stacked experts [{X}, {n}, {k}]")
+
+
+def _launch_smem(ops, fn, grid, block: int, args, smem: int) -> None:
+    with ops.stream:
+        fn(tuple(int(g) for g in grid), (int(block),), args, shared_mem=int(smem))
 
 
 def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None) -> None:
@@ -45,6 +104,7 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     sel, wts = ops._buf("moe_sel", S, np.int32), ops._buf("moe_w", S)
     g, u = ops._buf("moe_g", S * F).reshape(S, F), ops._buf("moe_u", S * F).reshape(S, F)
     d = ops._buf("moe_d", S * E).reshape(S, E)
+    res = residual if residual is not None else np.uintp(0)
 
     ops.matmul(router, x, out=rl)  # [T, X]
     ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,
@@ -53,11 +113,39 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         from .moe_prefill import expert_ffn
 
         expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, n_used, act, d)
+        _combine(ops, d, wts, n_used, res, out)
+        return
+    # decode / verify: g [S, F] = act(gate x) * up x; out = residual + sum_j w_j down g_j
+    if gate_exps.fmt == up_exps.fmt and gu_smem(E) <= SMEM_MAX:
+        L, R, U = decode_config(gate_exps.fmt, E, "gu")
+        _launch_smem(ops, ops._k("moe.cu", f"moe_gu<{gate_exps.fmt},{R},{U}>"),
+                     (math.ceil(F / (32 // L * R)), T), 32 * min(n_used, MAX_WARPS),
+                     (*gate_exps.args(), *up_exps.args(), sel, np.int32(n_used), x, np.int32(E), np.int32(F),
+                      np.int32(L), np.int32(ACTIVATIONS.index(act)), g), gu_smem(E))
     else:
-        for w, dst, xin, per_slot, n in ((gate_exps, g, x, 0, F), (up_exps, u, x, 0, F), (down_exps, d, g, 1, E)):
-            if w is down_exps:
-                ops.glu(g, u, act, out=g)  # [S, F]
-            ops._launch(ops._k("moe.cu", f"moe_mv<{w.fmt}>"), (math.ceil(n / MOE_WARPS), S), 32 * MOE_WARPS,
-                        (*w.args(), sel, np.int32(n_used), xin, np.int32(per_slot), np.int32(w.k), np.int32(n), dst))
+        _mv(ops, gate_exps, sel, n_used, x, 0, F, g)
+        _mv(ops, up_exps, sel, n_used, x, 0, F, u)
+        ops.glu(g, u, act, out=g)  # [S, F]
+    plan = down_plan(F, n_used, down_exps.fmt)
+    if plan is not None:
+        nw, rb, smem = plan
+        L, R, U = decode_config(down_exps.fmt, F, "down")
+        _launch_smem(ops, ops._k("moe.cu", f"moe_down<{down_exps.fmt},{R},{U}>"), (math.ceil(E / rb), T), 32 * nw,
+                     (*down_exps.args(), sel, wts, np.int32(n_used), g, np.int32(F), np.int32(E), np.int32(L),
+                      res, out), smem)
+    else:
+        _mv(ops, down_exps, sel, n_used, g, 1, E, d)
+        _combine(ops, d, wts, n_used, res, out)
+
+
+def _mv(ops, w, sel, n_used: int, xin, per_slot: int, n: int, dst) -> None:
+    """dst [S, n] = W[sel[slot]] . xin[slot or slot / k] (moe_mv: one warp per row)."""
+    S = dst.shape[0]
+    ops._launch(ops._k("moe.cu", f"moe_mv<{w.fmt}>"), (math.ceil(n / MOE_WARPS), S), 32 * MOE_WARPS,
+                (*w.args(), sel, np.int32(n_used), xin, np.int32(per_slot), np.int32(w.k), np.int32(n), dst))
+
+
+def _combine(ops, d, wts, n_used: int, res, out) -> None:
+    T, E = out.shape
     ops._launch(ops._k("moe.cu", "moe_combine"), (math.ceil(E / 128), T), 128,
-                (d, wts, np.int32(n_used), np.int32(E), residual if residual is not None else np.uintp(0), out))
+                (d, wts, np.int32(n_used), np.int32(E), res, out))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .prefill import PREFILL_SCRATCH, epilogue, products, to_half
+from .prefill import PREFILL_SCRATCH, epilogue, is_split, products, to_half
 
 MAX_EXPERTS_PER_CHUNK = 16  # bounds the padded activation blocks (memory.plan counts 16 * max_batch rows)
 
@@ -42,7 +42,7 @@ def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) 
     cp = ops.cp
     T, E = x.shape
     X, F = gate_exps.shape[0], gate_exps.shape[1]
-    split = ops.prefill_precision == "split"
+    split = is_split(ops, q8=False)  # expert decode (ops/cuda/moe.py) keeps fp32 activations
     sel_h = ops.to_host(sel).reshape(-1).astype(np.int64)  # [S]: the only host sync of the layer
     counts = np.bincount(sel_h, minlength=X)
     order = np.argsort(sel_h, kind="stable")  # slots grouped by expert, token order within

@@ -29,14 +29,25 @@ def rmsnorm_config(K: int, aligned: bool) -> tuple[str, int]:
 
 
 def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
+    """Decode/verify rows (T <= 16) on the register kernel also leave out's int8 quantization in the q8
+    scratch (rmsnorm_q8), so a q8 matvec reading out skips its quantize_x launch (ops/cuda/q8.py)."""
+    from . import q8
+
     K = x.shape[-1]
     assert w.shape == (K,) and out.shape == x.shape and x.flags.c_contiguous and out.flags.c_contiguous
     if add is not None:
         assert add.shape == x.shape and add.flags.c_contiguous
     arrs = (x, w, out) if add is None else (x, w, out, add)
     name, block = rmsnorm_config(K, all(a.data.ptr % 16 == 0 for a in arrs))
-    cu._launch(cu._k("norm.cu", name), (x.size // K,), block,
-               (x, NULL if add is None else add, w, out, np.int32(K), np.float32(eps)))
+    args = (x, NULL if add is None else add, w, out, np.int32(K), np.float32(eps))
+    rows = out.reshape(-1, K)
+    if name.startswith("rmsnorm_reg<4,") and q8.fusable(rows):
+        xq, xs = q8.buffers(cu, *rows.shape)
+        cu._launch(cu._k("norm.cu", name.replace("rmsnorm_reg<4,", "rmsnorm_q8<")), (x.size // K,), block,
+                   (*args, xq, xs))
+        q8.mark_ready(cu, rows)
+        return
+    cu._launch(cu._k("norm.cu", name), (x.size // K,), block, args)
 
 
 def rope_block(D: int, Dv: int) -> int:

@@ -2,7 +2,12 @@
 (kernels/prefill_gemm.cu) and flash-style causal attention (kernels/attention_prefill.cu).
 
 GEMM precision (CudaOps.prefill_precision; numbers: benchmarks/emulate_fp16_prefill.py):
-- "split" (default): x = sx (xh + xl), W = wh + 2^-11 wl with fp16 halves; y = wh.xh + wh.xl +
+- "auto" (default): "fp16" for a weight whose decode matvec runs on int8 activations (below), else
+  "split". Prefill then has the precision class of decode weight by weight: int8 activations carry a
+  relative error of ~0.5% per 32-group (RMS), 10x fp16's, so a third of the tensor-core work buys
+  nothing the decode keeps. Whether both paths stay within the int8 class is the gate's q8 check
+  (engine.verify_prefill).
+- "split": x = sx (xh + xl), W = wh + 2^-11 wl with fp16 halves; y = wh.xh + wh.xl +
   2^-11 wl.xh in three fp16 tensor-core GEMMs with fp32 accumulation. Relative error ~2^-21 per
   product, like fp32, so the run-gen gate keeps its 1e-2 logit tolerance.
 - "fp16": y = wh.xh only (3x fewer FLOPs). fp16 keeps 11 significant bits; a dequantized weight is
@@ -29,14 +34,31 @@ from ...errors import UnsupportedModelError
 from .weights import NULL
 
 PREFILL_SCRATCH = 64 << 20  # bytes of dequantized fp16 weight (hi, and lo when split) per GEMM chunk
-PRECISIONS = ("split", "fp16")
+PRECISIONS = ("auto", "split", "fp16")
+ROW_ALIGN = 128  # weight rows per chunk in multiples of this: a chunk's output columns (y + 4*r0, ldc)
+# stay 16-byte aligned with whole-tile widths; a 1365-row chunk of a K=12288 down projection made
+# cuBLAS fall back to an sm75 align1 kernel (60 of the 8B's 133 ms pp512 kernel time, H200 profile).
 ATTN_RW = 8  # query rows per warp of attn_prefill (block = 4 warps = 32 rows)
 _ONE, _ZERO, _LO = (np.array([v], np.float32) for v in (1.0, 0.0, 2.0**-11))  # host alpha/beta (kept alive)
 
 
 def gemm_rows(K: int, split: bool) -> int:
-    """Weight rows per chunk: PREFILL_SCRATCH bytes of fp16 halves (x2 when split)."""
-    return max(1, PREFILL_SCRATCH // (2 * K * (2 if split else 1)))
+    """Weight rows per chunk: PREFILL_SCRATCH bytes of fp16 halves (x2 when split), a multiple of
+    ROW_ALIGN when at least that many fit."""
+    rows = max(1, PREFILL_SCRATCH // (2 * K * (2 if split else 1)))
+    return rows // ROW_ALIGN * ROW_ALIGN if rows >= ROW_ALIGN else rows
+
+
+def check_precision(ops) -> str:
+    if ops.prefill_precision not in PRECISIONS:
+        raise ValueError(f"prefill_precision {ops.prefill_precision!r} not in {PRECISIONS}")
+    return ops.prefill_precision
+
+
+def is_split(ops, q8: bool) -> bool:
+    """Split (fp32-like) products for this weight? "auto": only where decode keeps fp32 activations."""
+    p = check_precision(ops)
+    return p == "split" or (p == "auto" and not q8)
 
 
 def _cublas_gemm(ops, w16, x16, y, r: int, T: int, K: int, ldc: int, alpha, beta, batch: int = 1,
@@ -113,11 +135,10 @@ def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int 
 def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None) -> None:
     """out[T, N] = softcap?(x @ W^T + bias + residual) for T > 16 (residual may alias out); with
     row0 / n, W is rows [row0, row0 + n) of w (one expert of a stacked [X*N, K] weight)."""
-    if ops.prefill_precision not in PRECISIONS:
-        raise ValueError(f"prefill_precision {ops.prefill_precision!r} not in {PRECISIONS}")
-    split = ops.prefill_precision == "split"
     T, K, N = x.shape[0], w.k, w.n if n is None else n
-    if n is None and ops.qmv_configs.plan(w.qtype, N, K)[0] == "q8":
+    q8 = n is None and ops.qmv_configs.plan(w.qtype, N, K)[0] == "q8"
+    split = is_split(ops, q8)
+    if q8:
         x = round_q8(ops, x)  # this weight decodes on int8 activations: prefill sees the same values
     xh, xl, sx = to_half(ops, x, split)
     rows = min(N, gemm_rows(K, split))

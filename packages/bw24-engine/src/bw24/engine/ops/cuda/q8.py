@@ -62,16 +62,45 @@ def matmul_q8_ref(wdense: np.ndarray, x: np.ndarray, bias=None, residual=None, s
     return y.astype(np.float32)
 
 
-def quantize(ops, x):
-    """One quantize_x launch for x [T, K]; returns (xq, xs) device views ([T*K] int8, [T*G*2] int32)."""
-    T, K = x.shape
+def buffers(ops, T: int, K: int):
+    """The q8 scratch for x [T, K]: (xq, xs) device views ([T*K] int8, [T*G*2] int32)."""
     G = K // 32
     cap = max(T, QMV_NT[-1])
-    xq = ops._buf("q8_x", cap * K, np.int8)[: T * K]
-    xs = ops._buf("q8_s", cap * G * 2, np.int32)[: T * G * 2]
-    ops._launch(ops._k("qmatvec_q8.cu", "quantize_x"), (math.ceil(T * G / QX_WARPS),), 32 * QX_WARPS,
-                (x, np.int32(T), np.int32(K), xq, xs))
+    return ops._buf("q8_x", cap * K, np.int8)[: T * K], ops._buf("q8_s", cap * G * 2, np.int32)[: T * G * 2]
+
+
+def fusable(x) -> bool:
+    """Can a producer of x [T, K] (decode / verify rows) write x's quantization itself?"""
+    T, K = x.reshape(-1, x.shape[-1]).shape
+    return T <= QMV_NT[-1] and K % 32 == 0 and x.flags.c_contiguous
+
+
+def mark_ready(ops, x) -> None:
+    """x's quantization is now in the q8 scratch. Valid for the next launch only: CudaOps clears the
+    mark on every launch, allocation and host copy, so a stale mark cannot outlive a write to x."""
+    T, K = x.reshape(-1, x.shape[-1]).shape
+    ops._q8_ready = (x.data.ptr, T, K)
+
+
+def quantize(ops, x):
+    """x [T, K] -> (xq, xs) in the q8 scratch: one quantize_x launch, none when the launch just before
+    was a fused producer of these very rows (rmsnorm_q8, glu_q8: CudaOps._q8_ready)."""
+    T, K = x.shape
+    xq, xs = buffers(ops, T, K)
+    if ops._q8_ready != (x.data.ptr, T, K):
+        ops._launch(ops._k("qmatvec_q8.cu", "quantize_x"), (math.ceil(T * (K // 32) / QX_WARPS),), 32 * QX_WARPS,
+                    (x, np.int32(T), np.int32(K), xq, xs))
     return xq, xs
+
+
+def glu_q8(ops, gate, up, act: int, out) -> None:
+    """out = act(gate) * up (glu) and out's quantization into the q8 scratch, in one launch."""
+    rows = out.reshape(-1, out.shape[-1])
+    T, K = rows.shape
+    xq, xs = buffers(ops, T, K)
+    ops._launch(ops._k("qmatvec_q8.cu", "glu_q8"), (math.ceil(T * (K // 32) / QX_WARPS),), 32 * QX_WARPS,
+                (gate, up, out, np.int32(T), np.int32(K), np.int32(act), xq, xs))
+    mark_ready(ops, rows)
 
 
 def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> None:
@@ -81,6 +110,7 @@ def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> 
     ops._launch(fn, (math.ceil(w.n / R),), 32 * W,
                 (*w.args(), xq, xs, np.int32(K), np.int32(w.n), np.int32(T), NULL if bias is None else bias,
                  NULL if residual is None else residual, out, np.float32(softcap or 0.0)))
+
 
 
 def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:

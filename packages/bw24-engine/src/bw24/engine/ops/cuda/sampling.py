@@ -11,6 +11,13 @@ import numpy as np
 from .weights import NULL
 
 SAMPLE_THREADS = 1024  # one block; sample.cu's SNT
+ARGMAX_THREADS = 256
+ARGMAX_MAX_BLOCKS = 128  # partial (value, index) pairs reduced by argmax_sample's last block
+
+
+def argmax_blocks(V: int) -> int:
+    """Blocks of argmax_sample: ~8 logits per thread, at most ARGMAX_MAX_BLOCKS."""
+    return max(1, min(ARGMAX_MAX_BLOCKS, -(-V // (8 * ARGMAX_THREADS))))
 
 
 def _seed_words(seed: int) -> tuple[np.uint32, np.uint32]:
@@ -29,8 +36,12 @@ def sample(ops, logits, params, pos, *, out, counts=None) -> None:
     pen = (np.float64(params.repetition_penalty), np.float64(params.frequency_penalty),
            np.float64(params.presence_penalty))
     if params.greedy:
-        ops._launch(ops._k("sample.cu", "argmax_sample"), (1,), SAMPLE_THREADS,
-                    (lg, np.int32(V), counts if use_counts else NULL, *pen, out))
+        pv, pi = ops._buf("argmax_pv", ARGMAX_MAX_BLOCKS, np.float64), ops._buf("argmax_pi", ARGMAX_MAX_BLOCKS, np.int32)
+        ticket = ops._scratch.get("argmax_ticket")
+        if ticket is None:  # zero once; the last block re-arms it after every launch
+            ticket = ops._scratch["argmax_ticket"] = ops.zeros((1,), np.uint32)
+        ops._launch(ops._k("sample.cu", "argmax_sample"), (argmax_blocks(V),), ARGMAX_THREADS,
+                    (lg, np.int32(V), counts if use_counts else NULL, *pen, out, pv, pi, ticket))
     else:
         if params.seed is None:
             from ...errors import InvalidSamplingParamsError

@@ -1,0 +1,151 @@
+"""Device time of one qwen3-30b-a3b MoE decode layer (E=2048, X=128 experts, k=8, F=768; gate/up Q4_K,
+down Q6_K or Q4_K): the fused path (router matvec, moe_route, moe_gu, moe_down) against the previous
+7-launch sequence (router, moe_route, moe_mv gate, moe_mv up, glu, moe_mv down, moe_combine), per stage,
+at T = 1 (decode) and T = 5 (verify), plus a sweep of moe_gu / moe_down (R, U) configs.
+
+python packages/bw24-engine/benchmarks/gpu_moe_decode.py [--no-sweep]
+
+NL = 8 layers share one set of expert weights, each with a router that selects its own 8 experts, so a
+replay reads 64 distinct experts (~170 MB > the 60 MB L2): weight bytes come from HBM, as in a model.
+One captured graph replays the NL layers; median of 5 replays / NL = us per layer (graph-node cost in).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import numpy as np
+
+E, F, X, K_USED, NL = 2048, 768, 128, 8, 8
+
+
+def time_graph(cu, body) -> float:
+    import cupy as cp
+    from bw24.runtime import CapturedGraph
+
+    body()  # compile, size scratch
+    cu.synchronize()
+    g = CapturedGraph(cu.stream).capture(body)
+    ts = []
+    for _ in range(5):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(cu.stream)
+        g.replay()
+        b.record(cu.stream)
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / NL)
+    return statistics.median(ts)
+
+
+def routers(cu, x: np.ndarray) -> list:
+    """Layer l's router gives experts 8l .. 8l+7 logits 4.0 + 0.1 i (others 0): distinct experts per layer."""
+    from gguf.constants import GGMLQuantizationType as Q
+
+    out = []
+    for layer in range(NL):
+        w = np.zeros((X, E), np.float32)
+        for i in range(K_USED):
+            w[K_USED * layer + i] = x * np.float32((4.0 + 0.1 * i) / float(x @ x))
+        out.append(cu.weight_from_raw(f"router{layer}", w.view(np.uint8).reshape(-1), Q.F32, (X, E)))
+    return out
+
+
+def old_layer(cu, x, router, ge, ue, de, h, stage: int) -> None:
+    """The 7-launch sequence this path replaced (moe_mv for gate, up, down; glu; moe_combine)."""
+    from bw24.engine.ops.cuda import moe as M
+
+    T = x.shape[0]
+    S = T * K_USED
+    rl = cu._buf("moe_rl", T * X).reshape(T, X)
+    sel, wts = cu._buf("moe_sel", S, np.int32), cu._buf("moe_w", S)
+    g, u = cu._buf("moe_g", S * F).reshape(S, F), cu._buf("moe_u", S * F).reshape(S, F)
+    d = cu._buf("moe_d", S * E).reshape(S, E)
+    cu.matmul(router, x, out=rl)
+    cu._launch(cu._k("moe.cu", "moe_route"), (T,), 32, (rl, np.int32(X), np.int32(K_USED), np.int32(1), sel, wts))
+    if stage >= 1:
+        M._mv(cu, ge, sel, K_USED, x, 0, F, g)
+        M._mv(cu, ue, sel, K_USED, x, 0, F, u)
+        cu.glu(g, u, "silu", out=g)
+    if stage >= 2:
+        M._mv(cu, de, sel, K_USED, g, 1, E, d)
+        M._combine(cu, d, wts, K_USED, h, h)
+
+
+def new_layer(cu, x, router, ge, ue, de, h, stage: int) -> None:
+    """ops/cuda/moe.py's decode path cut after stage 0 (router + route), 1 (+ moe_gu) or 2 (+ moe_down)."""
+    from bw24.engine.ops.cuda import moe as M
+
+    if stage == 2:
+        return cu.moe(x, router, ge, ue, de, n_used=K_USED, norm_weights=True, act="silu", out=h, residual=h)
+    T = x.shape[0]
+    S = T * K_USED
+    rl = cu._buf("moe_rl", T * X).reshape(T, X)
+    sel, wts = cu._buf("moe_sel", S, np.int32), cu._buf("moe_w", S)
+    g = cu._buf("moe_g", S * F).reshape(S, F)
+    cu.matmul(router, x, out=rl)
+    cu._launch(cu._k("moe.cu", "moe_route"), (T,), 32, (rl, np.int32(X), np.int32(K_USED), np.int32(1), sel, wts))
+    if stage == 1:
+        L, R, U = M.decode_config(ge.fmt, E, "gu")
+        M._launch_smem(cu, cu._k("moe.cu", f"moe_gu<{ge.fmt},{R},{U}>"), (-(-F // (32 // L * R)), T),
+                       32 * min(K_USED, M.MAX_WARPS),
+                       (*ge.args(), *ue.args(), sel, np.int32(K_USED), x, np.int32(E), np.int32(F), np.int32(L),
+                        np.int32(0), g), M.gu_smem(E))
+
+
+def main(sweep: bool = True) -> None:
+    from bw24.engine.ops.cuda import CudaOps
+    from bw24.engine.ops.cuda import moe as M
+    from bw24.engine.ops.cuda.repack import random_raw
+    from gguf.constants import GGMLQuantizationType as Q
+
+    cu, rng = CudaOps(), np.random.default_rng(0)
+    print(f"building X={X} experts (E={E}, F={F}) on the host ...", flush=True)
+    ge = cu.weight_from_raw("gate_exps", random_raw(Q.Q4_K, X * F, E, rng), Q.Q4_K, (X, F, E))
+    ue = cu.weight_from_raw("up_exps", random_raw(Q.Q4_K, X * F, E, rng), Q.Q4_K, (X, F, E))
+    downs = {q.name: cu.weight_from_raw(f"down_{q.name}", random_raw(q, X * E, F, rng), q, (X, E, F))
+             for q in (Q.Q6_K, Q.Q4_K)}
+    xh = rng.standard_normal(E).astype(np.float32)
+    rts = routers(cu, xh)
+    per_expert = (ge.nbytes + ue.nbytes) / X
+
+    def run(layer_fn, T: int, de, stage: int) -> float:
+        x = cu._put(np.tile(xh, (T, 1)))
+        h = cu.zeros((T, E))
+        return time_graph(cu, lambda: [layer_fn(cu, x, rts[i], ge, ue, de, h, stage) for i in range(NL)])
+
+    print(f"{'path':<44} {'T':>2} {'route':>8} {'+gate/up':>9} {'+down':>8} {'layer':>8} {'GB/s':>7}  us")
+    for dn, de in downs.items():
+        nbytes = K_USED * (per_expert + de.nbytes / X)  # selected experts' bytes per token
+        for T in (1, 5):
+            for label, fn in (("old 7 launches", old_layer), ("new 4 launches", new_layer)):
+                t = [run(fn, T, de, s) for s in range(3)]
+                print(f"{label + f' (down {dn})':<44} {T:>2} {t[0]:8.2f} {t[1] - t[0]:9.2f} {t[2] - t[1]:8.2f} "
+                      f"{t[2]:8.2f} {nbytes / t[2] / 1e3:7.0f}", flush=True)
+    if not sweep:
+        return
+    base = M.decode_config
+    print("\nsweep (T = 1, down Q6_K and Q4_K): moe_gu / moe_down (R, U); L follows from U (decode_config)")
+    for kind, choices in (("gu", ((2, 2), (1, 2), (1, 1), (2, 1), (1, 4))), ("down", ((2, 3), (1, 3), (4, 3), (2, 1)))):
+        for R, U in choices:
+            def cfg(fmt, K, k_, R=R, U=U, kind=kind):
+                if k_ != kind or fmt in M.WIDE:
+                    return base(fmt, K, k_)
+                L = 8
+                while L < 32 and L * U < K // 32:
+                    L *= 2
+                return L, R, U
+            M.decode_config = cfg
+            try:
+                ts = {dn: run(new_layer, 1, de, 2) for dn, de in downs.items()}
+            except Exception as e:  # a config that does not compile or launch: say so, go on
+                print(f"  {kind} R={R} U={U}: FAILED {type(e).__name__}: {e}")
+                continue
+            finally:
+                M.decode_config = base
+            print(f"  {kind:<4} R={R} U={U} L={cfg(7 if kind == 'gu' else 9, E if kind == 'gu' else F, kind)[0]:>2}: "
+                  + "  ".join(f"down {dn} {t:7.2f} us/layer" for dn, t in ts.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main(sweep="--no-sweep" not in sys.argv[1:])

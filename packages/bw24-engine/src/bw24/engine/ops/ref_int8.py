@@ -1,0 +1,52 @@
+"""Int8RefOps: the NumPy reference with the cuda backend's int8-activation policy.
+
+A matmul whose weight the cuda backend runs on the q8 path (ops/cuda/launch.default_path: K >= 2048
+or a vocabulary head, for the formats the q8 kernels implement) sees its input rounded exactly as
+the quantize_x kernel rounds it (ops/cuda/q8.dequantize_x_ref), for prefill and decode alike. With
+it the CPU measures what int8 activations do to a model's logits (benchmarks/emulate_q8_gate.py) and
+tests the run-gen gate's int8 half (tests/test_engine_gate_q8.py). Inside exact_activations() it is
+the plain reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import numpy as np
+
+from .cuda.launch import default_path
+from .cuda.q8 import dequantize_x_ref
+from .ref import RefOps
+
+
+def cuda_policy(w, k: int) -> bool:
+    """Does the cuda backend decode this weight on int8 activations?"""
+    return w.data.ndim == 2 and default_path(w.qtype.name, w.data.shape[0], k) == "q8"
+
+
+class Int8RefOps(RefOps):
+    name = "cpu-int8"
+    quantizes_activations = True
+
+    def __init__(self, rounds: Callable[[object, int], bool] = cuda_policy) -> None:
+        super().__init__()
+        self.rounds, self.exact, self.rounded = rounds, False, 0
+
+    @contextmanager
+    def exact_activations(self):
+        old, self.exact = self.exact, True
+        try:
+            yield
+        finally:
+            self.exact = old
+
+    def round_x(self, x: np.ndarray) -> np.ndarray:
+        """x as the q8 kernels see it (a subclass may plant a bug here: the gate's canary)."""
+        return dequantize_x_ref(x).astype(np.float32)
+
+    def matmul(self, w, x, *, out, bias=None, residual=None):
+        if not self.exact and x.shape[-1] % 32 == 0 and self.rounds(w, x.shape[-1]):
+            self.rounded += 1
+            x = self.round_x(x)
+        super().matmul(w, x, out=out, bias=bias, residual=residual)

@@ -1,0 +1,70 @@
+"""Engine.verify_prefill on a backend whose matvecs round activations to int8, emulated on the CPU
+(ops/ref_int8.Int8RefOps: the reference with quantize_x's rounding where the cuda policy applies it,
+here on the F = 256 down projection of a tiny model). The gate must pass such a backend, report its
+drift from the exact decode, and fail it when its decode drops one 32-column group (the canary). The
+real backend runs the same gate on the GPU (test_cuda_gpu.py, `bw24 run-gen --backend cuda`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bw24.engine.engine import Engine
+from bw24.engine.ops.ref import RefOps
+from bw24.engine.ops.ref_int8 import Int8RefOps
+
+
+def _wide(w, k: int) -> bool:  # like the cuda rule K >= 2048, scaled to the tiny model
+    return k >= 256
+
+
+class DropLastGroupInDecode(Int8RefOps):
+    """The canary: an int8 decode (T = 1) that never reads the last 32-column group."""
+
+    def round_x(self, x):
+        y = super().round_x(x)
+        if y.shape[0] == 1:
+            y[:, -32:] = 0
+        return y
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, helpers):
+    path = helpers.write_tiny_gguf(tmp_path_factory.mktemp("gate") / "tiny.gguf", "qwen3", n_layer=3, E=128,
+                                   F=256, D=32)
+
+    def gate(ops):
+        eng = Engine(helpers.build_model(path, ops=ops), None, None, path, ops)
+        return eng.verify_prefill(list(range(3, 40)))
+    return gate
+
+
+def test_int8_backend_passes_with_its_drift_reported(tiny):
+    ops = Int8RefOps(_wide)
+    r = tiny(ops)
+    assert ops.rounded > 0 and r.q8 is not None
+    p, d = r.q8
+    assert 0 < p.nmse <= p.bound and 0 < d.nmse <= d.bound  # rounding really happened, within class
+    assert r.maxdiff < 1e-4 and r.ok and "int8-activation nmse" in r.line() and r.line().endswith("MATCH")
+
+
+def test_canary_int8_decode_dropping_a_group_fails_the_gate(tiny):
+    r = tiny(DropLastGroupInDecode(_wide))
+    assert r.maxdiff < 1e-4  # the exact half is untouched by the bug ...
+    assert not r.q8[1].ok and r.q8[0].ok  # ... the int8 decode is caught, the int8 prefill is fine
+    assert not r.ok and r.line().endswith("MISMATCH")
+
+
+def test_exact_backend_has_no_int8_half(tiny):
+    r = tiny(RefOps())
+    assert r.q8 is None and r.ok and "int8" not in r.line()
+
+
+def test_cuda_policy_rounds_the_wide_and_vocabulary_matmuls():
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.ref_int8 import cuda_policy
+    from gguf.constants import GGMLQuantizationType as Q
+
+    w = lambda q, n, k: SimpleNamespace(qtype=q, data=np.zeros((n, k), np.float32))  # noqa: E731
+    assert cuda_policy(w(Q.Q4_K, 64, 2048), 2048) and cuda_policy(w(Q.Q6_K, 151936, 64), 64)
+    assert not cuda_policy(w(Q.Q4_K, 64, 1024), 1024) and not cuda_policy(w(Q.F32, 64, 4096), 4096)

@@ -67,11 +67,16 @@ log=lambda s: None))" "$m")
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
   bg)
-    name=$1; shift; chain=""
+    # the chain runs from a snapshot of the tree (/tmp/w_NAME): each `device run` call re-copies the
+    # working tree, and a kernel compiled from it mid-copy once failed with "cannot open common.cuh"
+    name=$1; shift; W=/tmp/w_$name; rm -rf $W; mkdir -p $W
+    tar cf - --exclude=./.models --exclude=./.whl --exclude=./.whl_nb --exclude=./.llama --exclude=./.git . \
+      | (cd $W && tar xf -)
+    chain="cd $W; "
     IFS=';' read -ra parts <<< "$*"
-    for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $0 $SHA $st; "; done
+    for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $B/h200_session.sh $SHA $st; "; done
     setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
-    echo "bg $name started: $*" ;;
+    echo "bg $name started from $W: $*" ;;
   show) for f in $R/bg_*.out; do echo "== $f"; tail -n "${1:-8}" "$f" | cut -c1-180; done ;;
   pack) tar czf $OUT/r.tgz -C $R . && ls -la $OUT ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;

@@ -174,3 +174,21 @@ def test_a_table_with_q8_paths_validates():
          "qmatvec": {"Q4_K": {"default": {"warps": 4, "rows": 8, "path": "q8"},
                               "shapes": {"151936x1024": {"warps": 1, "rows": 4, "path": "f32"}}}}}
     assert QmvConfigs(Tuning(validate(t, "t"))).plan(Q.Q4_K, 151936, 1024) == ("q8", 1, 4)
+
+
+def test_moe_models_decode_on_fp32_activations():
+    """CudaOps.use_int8_activations(False) (prepare_model does it for MoE models) puts every weight on
+    the f32 path, drops the gate's int8 half, and survives the gate's exact_activations() block."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ops = SimpleNamespace(qmv_configs=QmvConfigs(_table({})), quantizes_activations=True)
+    assert ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"
+    CudaOps.use_int8_activations(ops, False)
+    assert not ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "f32"
+    with CudaOps.exact_activations(ops):
+        assert ops.qmv_configs.plan(Q.Q6_K, 151936, 1024)[0] == "f32"
+    assert ops.qmv_configs.plan(Q.Q6_K, 151936, 1024)[0] == "f32"
+    CudaOps.use_int8_activations(ops, True)
+    assert ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"

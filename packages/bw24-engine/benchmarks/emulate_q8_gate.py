@@ -17,20 +17,12 @@ from pathlib import Path
 
 from bw24.engine import Engine
 from bw24.engine.models import model_class
-from bw24.engine.ops.ref_int8 import Int8RefOps
+from bw24.engine.ops.ref_int8 import DropLastGroupInDecode, Int8RefOps
 from bw24.gguf import GGUFFile, ModelConfig, resolve_model
 from bw24.tokenizer import Tokenizer
 
 PROMPT = ('def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n'
           "    return")
-
-
-class DropLastGroupInDecode(Int8RefOps):
-    def round_x(self, x):
-        y = super().round_x(x)
-        if y.shape[0] == 1:
-            y[:, -32:] = 0
-        return y
 
 
 def main(paths: list[str]) -> None:

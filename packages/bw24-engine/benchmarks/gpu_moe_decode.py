@@ -12,30 +12,15 @@ One captured graph replays the NL layers; median of 5 replays / NL = us per laye
 
 from __future__ import annotations
 
-import statistics
 import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_decode_kernels import time_op  # noqa: E402  (graph-replay timing, CUDA events)
+
 E, F, X, K_USED, NL = 2048, 768, 128, 8, 8
-
-
-def time_graph(cu, body) -> float:
-    import cupy as cp
-    from bw24.runtime import CapturedGraph
-
-    body()  # compile, size scratch
-    cu.synchronize()
-    g = CapturedGraph(cu.stream).capture(body)
-    ts = []
-    for _ in range(5):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(cu.stream)
-        g.replay()
-        b.record(cu.stream)
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / NL)
-    return statistics.median(ts)
 
 
 def routers(cu, x: np.ndarray) -> list:
@@ -112,7 +97,7 @@ def main(sweep: bool = True) -> None:
     def run(layer_fn, T: int, de, stage: int) -> float:
         x = cu._put(np.tile(xh, (T, 1)))
         h = cu.zeros((T, E))
-        return time_graph(cu, lambda: [layer_fn(cu, x, rts[i], ge, ue, de, h, stage) for i in range(NL)])
+        return time_op(cu, lambda: [layer_fn(cu, x, rts[i], ge, ue, de, h, stage) for i in range(NL)], 1) / NL
 
     print(f"{'path':<44} {'T':>2} {'route':>8} {'+gate/up':>9} {'+down':>8} {'layer':>8} {'GB/s':>7}  us")
     for dn, de in downs.items():

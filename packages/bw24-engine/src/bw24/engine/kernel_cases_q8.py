@@ -135,7 +135,7 @@ def _want_q8(x: np.ndarray) -> np.ndarray:
 
 
 def fused_producer_case(kind: str, T: int, k: int, add: bool = False) -> Case:
-    """rmsnorm_q8 / glu_q8 leave in the q8 scratch exactly what quantize_x makes of their own output
+    """rmsnorm (fused: rmsnorm_reg with xq) / glu_q8 leave in the q8 scratch exactly what quantize_x makes of their own output
     (exact), and that output matches the reference (elementw)."""
     def run(name, ref, cu, rng):
         x = _x(rng, T, k)
@@ -161,7 +161,7 @@ def fused_producer_case(kind: str, T: int, k: int, add: bool = False) -> Case:
 
 
 def fused_consumer_case(qts, T: int) -> Case:
-    """rmsnorm_q8 -> q8 matmul_multi (no quantize_x launch in between) vs matmul_q8_ref of the norm's output."""
+    """fused rmsnorm -> q8 matmul_multi (no quantize_x launch in between) vs matmul_q8_ref of the norm's output."""
     def run(name, ref, cu, rng):
         k = 2048  # rmsnorm fuses the quantization for K >= Q8_MIN_K rows only
         ns = (301, 77, 45)[: len(qts)]
@@ -189,11 +189,11 @@ def fused_consumer_case(qts, T: int) -> Case:
 
 def cases() -> Iterator[tuple[str, Case]]:
     for T, k, add in ((1, 4096, True), (5, 2048, False), (16, 5120, True), (1, 2048, False)):
-        yield f"q8 fused rmsnorm_q8 T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
+        yield f"q8 fused rmsnorm T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
     for T, k in ((1, 12288), (3, 3072), (16, 544)):
         yield f"q8 fused glu_q8 T={T} K={k}", fused_producer_case("glu", T, k)
-    yield "q8 fused rmsnorm_q8 -> matmul_multi Q4_K+Q4_K+Q6_K T=1", fused_consumer_case((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1)
-    yield "q8 fused rmsnorm_q8 -> matmul_multi Q8_0+Q8_0 T=9", fused_consumer_case((Q.Q8_0, Q.Q8_0), 9)
+    yield "q8 fused rmsnorm -> matmul_multi Q4_K+Q4_K+Q6_K T=1", fused_consumer_case((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1)
+    yield "q8 fused rmsnorm -> matmul_multi Q8_0+Q8_0 T=9", fused_consumer_case((Q.Q8_0, Q.Q8_0), 9)
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     for qt in Q8_FORMATS:

@@ -7,9 +7,9 @@
 //   16-byte loads, needs K % 4 == 0 and 16-byte aligned rows; VW = 1 otherwise), one block-wide sum
 //   of squares, then the stores. blockDim and NV are chosen from K alone (ops/cuda/norm.py), so a
 //   row's summation order does not depend on the number of rows (decode == verify, bit for bit).
-// rmsnorm_q8<NV>: rmsnorm_reg<4, NV> that also writes out's int8 quantization for a q8 matvec
-//   (quant_x.cuh: the same bits as a quantize_x launch on out, one launch fewer). A 32-column group
-//   is 8 consecutive threads' float4s. Needs K % 32 == 0 and 16-byte aligned rows.
+//   With xq != null (VW = 4, K % 32 == 0) it also writes out's int8 quantization for a q8 matvec
+//   (quant_x.cuh: the same bits as a quantize_x launch on out, one launch fewer); a 32-column group
+//   is 8 consecutive threads' float4s.
 // rmsnorm (no template): the strided fallback for rows too long for the registers (K > 512*16*VW).
 // Bytes moved: 4K read x (+4K add, +4K x written back) + 4K w (L2-resident) + 4K out per row.
 #include "common.cuh"
@@ -32,7 +32,8 @@ __device__ __forceinline__ float4 scale_(float4 a, float r, float4 w) {
 
 template <int VW, int NV>
 __global__ void __launch_bounds__(512)
-rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w, float* out, int K, float eps) {
+rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w, float* out, int K, float eps,
+            i8* __restrict__ xq, int2* __restrict__ xs) {
     typedef typename Vec<VW>::T V;
     __shared__ float red[32];
     const int n = K / VW;  // vectors per row
@@ -59,51 +60,25 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
     const float r = rsqrtf(ss / (float)K + eps);
     V* o = reinterpret_cast<V*>(out + (i64)blockIdx.x * K);
     const V* wv = reinterpret_cast<const V*>(w);
+    if constexpr (VW == 4) {
+        if (xq) {  // the same for the whole block
+            i8* q = xq + (i64)blockIdx.x * K;
+            int2* s = xs + (i64)blockIdx.x * (K >> 5);
+#pragma unroll
+            for (int u = 0; u < NV; ++u) {
+                const int i = threadIdx.x + u * blockDim.x;
+                const bool valid = i < n;  // whole 8-thread groups: n % 8 == 0, blockDim % 32 == 0
+                const float4 y = valid ? scale_(v[u], r, wv[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
+                if (valid) o[i] = y;
+                quant_group8x4(y, valid, q + 4 * i, s + (i >> 3));
+            }
+            return;
+        }
+    }
 #pragma unroll
     for (int u = 0; u < NV; ++u) {
         const int i = threadIdx.x + u * blockDim.x;
         if (i < n) o[i] = scale_(v[u], r, wv[i]);
-    }
-}
-
-template <int NV>
-__global__ void __launch_bounds__(512)
-rmsnorm_q8(float* x, const float* __restrict__ add, const float* __restrict__ w, float* out, int K, float eps,
-           i8* __restrict__ xq, int2* __restrict__ xs) {
-    __shared__ float red[32];
-    const int n = K / 4;
-    float4* xr = reinterpret_cast<float4*>(x + (i64)blockIdx.x * K);
-    const float4* ar = add ? reinterpret_cast<const float4*>(add + (i64)blockIdx.x * K) : nullptr;
-    float4 v[NV];
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < NV; ++u) {
-        const int i = threadIdx.x + u * blockDim.x;
-        v[u] = i < n ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if (ar) {
-#pragma unroll
-        for (int u = 0; u < NV; ++u) {
-            const int i = threadIdx.x + u * blockDim.x;
-            if (i < n) { v[u] = add_(v[u], ar[i]); xr[i] = v[u]; }
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < NV; ++u)
-        if (threadIdx.x + u * blockDim.x < n) ss += sq(v[u]);
-    ss = block_sum(ss, red);
-    const float r = rsqrtf(ss / (float)K + eps);
-    float4* o = reinterpret_cast<float4*>(out + (i64)blockIdx.x * K);
-    const float4* wv = reinterpret_cast<const float4*>(w);
-    i8* q = xq + (i64)blockIdx.x * K;
-    int2* s = xs + (i64)blockIdx.x * (K >> 5);
-#pragma unroll
-    for (int u = 0; u < NV; ++u) {
-        const int i = threadIdx.x + u * blockDim.x;
-        const bool valid = i < n;  // whole 8-thread groups: n % 8 == 0, blockDim % 32 == 0
-        const float4 y = valid ? scale_(v[u], r, wv[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
-        if (valid) o[i] = y;
-        quant_group8x4(y, valid, q + 4 * i, s + (i >> 3));
     }
 }
 

@@ -18,7 +18,7 @@
 //
 // Bytes moved (HBM): the repacked weight once, plus T*K*1.25 of xq (L2/L1) and T*N*4 out.
 // quantize_x: T*K*4 read, T*K*1.25 written (quant_x.cuh: the arithmetic, shared with the fused
-// producers rmsnorm_q8 (norm.cu) and glu_q8 below, which save its launch).
+// producers rmsnorm_reg (norm.cu, given xq) and glu_q8 below, which save its launch).
 #include "qdot_q8.cuh"
 #include "quant_x.cuh"
 

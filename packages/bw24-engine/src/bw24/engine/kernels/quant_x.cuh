@@ -1,6 +1,6 @@
 // quant_x.cuh: int8 quantization of activations per 32-column group, the q8 matvec's input
 // (qmatvec_q8.cu). One definition of the arithmetic for every producer (quantize_x, the fused
-// rmsnorm_q8 of norm.cu and glu_q8 of qmatvec_q8.cu), so a fused producer writes bit for bit what
+// rmsnorm_reg of norm.cu given xq, and glu_q8 of qmatvec_q8.cu), so a fused producer writes bit for bit what
 // quantize_x would write from the same floats:
 //   dx = max_j |x_j| / 127 (IEEE division), xq_j = rint(x_j / dx) (round half to even; dx = 0 -> 0),
 //   xs = (bits of dx, sum of xq over columns 0-15 in the low 16 bits | columns 16-31 in the high 16).

@@ -50,3 +50,14 @@ class Int8RefOps(RefOps):
             self.rounded += 1
             x = self.round_x(x)
         super().matmul(w, x, out=out, bias=bias, residual=residual)
+
+
+class DropLastGroupInDecode(Int8RefOps):
+    """The int8 gate's canary: an int8 decode (T = 1) that never reads each matvec's last 32-column
+    group, as an off-by-one group count in a q8 kernel would. The gate must call it MISMATCH."""
+
+    def round_x(self, x: np.ndarray) -> np.ndarray:
+        y = super().round_x(x)
+        if y.shape[0] == 1:
+            y[:, -32:] = 0
+        return y

@@ -74,7 +74,7 @@ class CudaOps(Ops):
         self._cache: dict[tuple[str, int], Any] = {}
         self._scratch: dict[str, Any] = {}
         # (ptr, T, K) of the activation whose int8 quantization is in the q8 scratch (ops/cuda/q8.py):
-        # set by a fused producer (rmsnorm_q8, glu_q8) after its launch, cleared by any launch,
+        # set by a fused producer (rmsnorm_reg with xq, glu_q8) after its launch, cleared by any launch,
         # allocation or host copy, so only the very next op (a q8 matvec of those rows) may use it.
         self._q8_ready: tuple | None = None
         self.weight_bytes = 0

@@ -36,8 +36,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
        "qmv8_3<7,7,9,4,1,4>"),
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}>" for d, dv, g in ATTN_SHAPES)
     + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices
-    "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV)
-    + tuple(f"rmsnorm_q8<{nv}>" for nv in NORM_NV),  # decode rows with quantize_x fused (ops/cuda/norm.py)
+    "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV),  # (+ fused quantize_x)
     "rope.cu": (),
     "elementwise.cu": (),
     "sample.cu": (),

@@ -30,7 +30,7 @@ def rmsnorm_config(K: int, aligned: bool) -> tuple[str, int]:
 
 def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
     """Decode/verify rows (T <= 16) of K >= Q8_MIN_K on the register kernel also leave out's int8
-    quantization in the q8 scratch (rmsnorm_q8), so the q8 matvec reading out skips its quantize_x
+    quantization in the q8 scratch (rmsnorm_reg with xq), so the q8 matvec reading out skips its quantize_x
     launch (ops/cuda/q8.py). Narrower rows feed f32-path matvecs (launch.default_path) except a
     vocabulary head, so they keep rmsnorm_reg: at 313c45e, when every row was fused, qwen3-0.6b
     (K = 1024) decoded 8.6% slower on the H200 (964 -> 881 tok/s; the fusion is the suspect, not yet
@@ -45,14 +45,15 @@ def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
     arrs = (x, w, out) if add is None else (x, w, out, add)
     name, block = rmsnorm_config(K, all(a.data.ptr % 16 == 0 for a in arrs))
     args = (x, NULL if add is None else add, w, out, np.int32(K), np.float32(eps))
-    rows = out.reshape(-1, K)
-    if name.startswith("rmsnorm_reg<4,") and K >= Q8_MIN_K and q8.fusable(rows):
-        xq, xs = q8.buffers(cu, *rows.shape)
-        cu._launch(cu._k("norm.cu", name.replace("rmsnorm_reg<4,", "rmsnorm_q8<")), (x.size // K,), block,
-                   (*args, xq, xs))
-        q8.mark_ready(cu, rows)
+    if name == "rmsnorm":  # the strided fallback: no fused quantization
+        cu._launch(cu._k("norm.cu", name), (x.size // K,), block, args)
         return
-    cu._launch(cu._k("norm.cu", name), (x.size // K,), block, args)
+    rows = out.reshape(-1, K)
+    fuse = name.startswith("rmsnorm_reg<4,") and K >= Q8_MIN_K and q8.fusable(rows)
+    xq, xs = q8.buffers(cu, *rows.shape) if fuse else (NULL, NULL)
+    cu._launch(cu._k("norm.cu", name), (x.size // K,), block, (*args, xq, xs))
+    if fuse:
+        q8.mark_ready(cu, rows)
 
 
 def rope_block(D: int, Dv: int) -> int:

@@ -84,7 +84,7 @@ def mark_ready(ops, x) -> None:
 
 def quantize(ops, x):
     """x [T, K] -> (xq, xs) in the q8 scratch: one quantize_x launch, none when the launch just before
-    was a fused producer of these very rows (rmsnorm_q8, glu_q8: CudaOps._q8_ready)."""
+    was a fused producer of these very rows (rmsnorm_reg with xq, glu_q8: CudaOps._q8_ready)."""
     T, K = x.shape
     xq, xs = buffers(ops, T, K)
     if ops._q8_ready != (x.data.ptr, T, K):

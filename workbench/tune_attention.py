@@ -98,5 +98,5 @@ longest = entries[str(max(CTX))]
 path = tuning.write_section(tuning_dir(ops), name, cc, "attention", {"decode": {"default": longest, "ctx": entries}},
                             {"notebook": "tune_attention.py", "backend": note, "small": TINY,
                              "shape": {"H": H, "Hkv": HKV, "D": D}})
-assert tuning.read_table(path)["attention"]["decode"]["ctx"] == entries
+assert tuning.read_table(path)["attention"]["decode"]["ctx"].items() >= entries.items()  # merged
 print("wrote", path)

@@ -20,6 +20,21 @@ def test_sections_merge_and_round_trip(tmp_path):
     assert set(t["provenance"]) == {"qmatvec", "attention"}
 
 
+def test_a_sweep_of_some_shapes_keeps_the_others(tmp_path):
+    """A second sweep (8B shapes only) must not drop the shapes an earlier sweep measured (the 0.6B's)."""
+    w = lambda e, prov: tuning.write_section(tmp_path, "NVIDIA H200", (9, 0), "qmatvec", e, prov)  # noqa: E731
+    w({"Q4_K": {"default": {"warps": 1}, "shapes": {"4096x1024": {"warps": 1}, "4096x4096": {"warps": 2}}},
+       "Q8_0": {"default": {"warps": 2}}}, {"notebook": "first"})
+    p = w({"Q4_K": {"default": {"warps": 4}, "shapes": {"4096x4096": {"warps": 8}, "12288x4096": {"warps": 4}}}},
+          {"notebook": "second"})
+    t = tuning.read_table(p)
+    assert t["qmatvec"]["Q4_K"] == {"default": {"warps": 4}, "shapes": {
+        "4096x1024": {"warps": 1}, "4096x4096": {"warps": 8}, "12288x4096": {"warps": 4}}}
+    assert t["qmatvec"]["Q8_0"] == {"default": {"warps": 2}}  # a kind the second sweep did not touch
+    prov = t["provenance"]["qmatvec"]
+    assert prov["notebook"] == "second" and prov["earlier"]["notebook"] == "first"
+
+
 @pytest.mark.parametrize("bad,msg", [
     ("{oops", "not valid JSON"),
     (json.dumps({"schema": 1, "device": "X", "cc": "9.0", "key": "x-sm90", "qmatvec": {"Q8_0": {}}}),

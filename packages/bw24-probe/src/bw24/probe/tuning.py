@@ -5,7 +5,7 @@ Table format (one JSON file per device, `<device-key>.json`, read by the engine'
      "qmatvec":   {"Q4_K": {"default": {...launch config...}, "shapes": {"4096x4096": {...}}}, ...},
      "attention": {"decode": {"default": {...}, "ctx": {"4096": {...}}}},
      "provenance": {"qmatvec": {"notebook": ..., "measured_at": ..., "before_after": {...}}}}
-Each notebook owns one top-level section and rewrites only that one (write_section merges).
+Each notebook owns one top-level section and merges its measurements into it (write_section).
 Configs are flat {str: int|str|bool} dicts whose keys are the kernel's compile/launch parameters.
 """
 
@@ -33,14 +33,26 @@ def table_path(directory: str | os.PathLike, device: str, cc: tuple[int, int]) -
 
 def write_section(directory: str | os.PathLike, device: str, cc: tuple[int, int], section: str,
                   entries: dict[str, dict], provenance: dict) -> Path:
-    """Replace one section of the device's table (creating the file if needed); validate; write atomically."""
+    """Merge `entries` into one section of the device's table (creating the file if needed); validate;
+    write atomically. Per kind, a new `default` replaces the old one and new shape entries replace
+    those shapes; kinds and shapes this sweep did not measure keep their earlier (measured) configs.
+    (Replacing the whole section once dropped the 1024-wide qwen3-0.6b shapes when a notebook swept
+    only the 8B's.) The previous provenance is kept under "earlier"."""
     if section in RESERVED:
         raise TuningTableError(f"{section!r} is a reserved field, not a section")
     path = table_path(directory, device, cc)
     data = read_table(path) if path.is_file() else {
         "schema": SCHEMA, "device": device, "cc": f"{cc[0]}.{cc[1]}", "key": device_key(device, cc)}
-    data[section] = entries
-    data.setdefault("provenance", {})[section] = {"measured_at": now_iso(), **provenance}
+    merged = dict(data.get(section, {}))
+    for kind, entry in entries.items():
+        out = dict(merged.get(kind, {}))
+        for sub, body in entry.items():
+            out[sub] = body if sub == "default" else {**out.get(sub, {}), **body}
+        merged[kind] = out
+    data[section] = merged
+    prov = data.setdefault("provenance", {})
+    earlier = {k: v for k, v in prov.get(section, {}).items() if k != "earlier"}
+    prov[section] = {"measured_at": now_iso(), **provenance, **({"earlier": earlier} if earlier else {})}
     validate(data, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -245,6 +245,26 @@ def cell_mtp(args, eng, path, rows, summary) -> None:
            f"; round {rnd * 1e3:.2f} ms = {ratio:.2f}x a plain step (target <= 1.25x)", dec=dec, round_over_step=ratio)
 
 
+def pair_costs(dec, dr, ids, n, steps0, lines) -> dict:
+    """Where a draft-model round's time goes: the draft's own plain decode speed (a draft step's cost),
+    the draft steps of all the cell's spec runs, and how often captured graphs were rebuilt (a rebuild
+    re-captures: milliseconds each)."""
+    from bw24.engine import SamplingParams
+    from bw24.engine.spec import plain_decode
+
+    toks, secs = plain_decode(dr.model, ids, n, SamplingParams())
+    d = dec.drafter
+    fast = dec._fast
+    rounds = max(1, dec.stats.rounds)
+    out = dict(draft_plain_tok_s=len(toks) / secs, draft_steps_all_runs=d.steps - steps0,
+               verify_graph_rebuilds=getattr(getattr(fast, "graphs", None), "rebuilds", None),
+               draft_graph_rebuilds=d._dev[1].rebuilds if d._dev else None)
+    lines.append(f"   draft plain decode {out['draft_plain_tok_s']:.1f} tok/s; {rounds} rounds in the last run, "
+                   f"{out['draft_steps_all_runs']} draft steps in all; "
+                   f"graph rebuilds: verify {out['verify_graph_rebuilds']}, draft {out['draft_graph_rebuilds']}")
+    return out
+
+
 def cell_pair(args, rows, summary) -> None:
     from bw24.engine import Engine
     from bw24.engine.perf.llama_spec import run_llama_spec, speculative_cmd
@@ -255,7 +275,7 @@ def cell_pair(args, rows, summary) -> None:
     dr = Engine.load(dpath, backend=args.backend, n_ctx=eng.n_ctx, progress=False)
     check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
     dec = SpecDecoder(eng.model, DraftModelDrafter(dr.model), k=5, adaptive=True, verify=args.verify)
-    ratios = []
+    ratios, after = [], []
     for i, prompt in enumerate(PAIR_PROMPTS):
         msgs = [{"role": "user", "content": prompt}]
         ids = eng.chat_ids(msgs)
@@ -264,10 +284,13 @@ def cell_pair(args, rows, summary) -> None:
             cmd = speculative_cmd(Path(args.vs_llama_spec), tpath, dpath, chat_text(eng, msgs),
                                   args.n, 5)
             other = lambda cmd=cmd: run_llama_spec(cmd)  # noqa: E731
+        steps0 = dec.drafter.steps
         p, s, oth, st, ok = measure(eng, dec, ids, args.n, args.reps, other)
         ratios.append(s / p)
         report(rows, summary, f"spec-pair-{dpath.stem}-{tpath.stem}-p{i}", eng, p, s, st, ok,
-               " [target >= 1.6x]", dec=dec, **llama_arm(oth, s))
+               " [target >= 1.6x]", dec=dec, **llama_arm(oth, s), **pair_costs(dec, dr, ids, args.n, steps0, after))
+        summary.extend(after)
+        after.clear()
     summary.append(f"pair: median ratio over {len(ratios)} code prompts {statistics.median(ratios):.2f}x (target >= 1.6x)")
 
 

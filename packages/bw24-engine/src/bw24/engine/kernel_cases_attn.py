@@ -63,6 +63,39 @@ def attn_rows_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
     return run
 
 
+def fused(case: Case) -> Case:
+    """Run a case with pass 2 fused into attn_split (ops/cuda/attn.fuse_combine)."""
+    def run(name, ref, cu, rng):
+        old = getattr(cu, "attn_override", None)
+        cu.attn_override = {**(old or {}), "fuse_combine": 1}
+        try:
+            return case(name, ref, cu, rng)
+        finally:
+            cu.attn_override = old
+    return run
+
+
+def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
+    """The fused pass 2 (attn_split's last block) gives the separate attn_combine's bits, twice in a
+    row (the tickets re-arm)."""
+    def run(name, ref, cu, rng):
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
+        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
+        sep, fz = cu.zeros(q.shape), [cu.zeros(q.shape) for _ in range(2)]
+        old = getattr(cu, "attn_override", None)
+        cu.attention(qd, kd, vd, _pos(cu, p0), out=sep, **kw)
+        cu.attn_override = {**(old or {}), "fuse_combine": 1}
+        try:
+            for o in fz:
+                cu.attention(qd, kd, vd, _pos(cu, p0), out=o, **kw)
+        finally:
+            cu.attn_override = old
+        want = cu.to_host(sep)
+        return compare(name, "exact", np.concatenate([cu.to_host(o) for o in fz]), np.concatenate([want, want]))
+    return run
+
+
 def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
     """rmsnorm of `rows` rows vs the reference, and bitwise equal to one-row launches (out and x)."""
     def run(name, ref, cu, rng):
@@ -137,6 +170,13 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn rows==decode D=64 G=7 T=9 pos=1000", attn_rows_case(64, 7, 9, 1000)
     yield "attn rows==decode D=128 G=2 T=5 pos=300 window=64", attn_rows_case(128, 2, 5, 300, window=64)
     yield "attn rows==decode D=256 G=4 T=3 pos=90 softcap=50", attn_rows_case(256, 4, 3, 90, softcap=50.0)
+    yield "attn fused-combine D=128 G=4 T=1 pos=4000", fused(attn_ref_case(128, 4, 1, 4000))
+    yield "attn fused-combine D=256 G=4 T=4 pos=1030 window=512 softcap=30", \
+        fused(attn_ref_case(256, 4, 4, 1030, 512, 30.0))
+    yield "attn fused-combine rows==decode D=64 G=7 T=9 pos=1000", fused(attn_rows_case(64, 7, 9, 1000))
+    for D, G, T, p0, win in ((128, 4, 1, 300, None), (128, 8, 5, 9000, None), (64, 3, 16, 777, 100)):
+        yield f"attn fused == separate bitwise D={D} G={G} T={T} pos={p0}{f' window={win}' if win else ''}", \
+            fused_equals_separate_case(D, G, T, p0, window=win)
     yield f"attn rows==decode D=128 G=4 Hkv=8 T=6 pos={grow - 3} (grow)", \
         attn_rows_case(128, 4, 6, grow - 3, Hkv=8)
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):

@@ -23,6 +23,9 @@
 // Pass 2, attn_combine: block (h, t), threads over output dims; M = max of the live m_s (block max),
 //   w_s = e^(m_s - M) staged in shared memory per tile of splits, then each thread sums, in split
 //   order, L = sum_s l_s w_s and A = sum_s acc_s[d] w_s (loads unrolled), out = A / L.
+//   Or fused (tickets != null): each live split block of (t, hk) takes a ticket after writing its
+//   partials; the last one runs pass 2 for its G heads itself (combine_head: the same arithmetic) and
+//   re-arms the ticket: one launch per layer fewer, and no bit of the result changes.
 // Bytes moved: 4*(D+DV) per cached key per kv head (fp32 cache) + partials 2*4*(DV+2) per (head,
 //   split) written and read back (<= 2*G/c of the KV bytes).
 #include "common.cuh"
@@ -56,11 +59,53 @@ __device__ __forceinline__ void load_row(float (&r)[P], const float* __restrict_
     }
 }
 
+// One head's pass 2 over its `live` splits (partials at rows base .. base + live - 1): the block's
+// threads cover the output dims (nd <= 2: blockDim >= DV / 2); every thread sums L and its A's in split
+// order, so a dim's arithmetic does not depend on the block size (attn_combine and attn_split's fused
+// last block give the same bits). __ldcg: a fused last block reads partials other blocks just wrote.
+__device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
+                                             i64 base, int live, int DV, float* __restrict__ o, float* red,
+                                             float* wt, float* lw) {
+    float M = -INFINITY;
+    for (int s = threadIdx.x; s < live; s += blockDim.x) M = fmaxf(M, __ldcg(part_ml + 2 * (base + s)));
+    // block max (exact, so its order does not matter)
+    M = warp_max(M);
+    __syncthreads();  // red may still be read for a previous head's max
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = M;
+    __syncthreads();
+    M = -INFINITY;
+    for (int u = 0; u < (int)(blockDim.x >> 5); ++u) M = fmaxf(M, red[u]);
+
+    const int nd = (DV + blockDim.x - 1) / blockDim.x;
+    float L = 0.f, A0 = 0.f, A1 = 0.f;
+    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
+    for (int s0 = 0; s0 < live; s0 += COMBINE_TILE) {
+        const int ns = min(COMBINE_TILE, live - s0);
+        __syncthreads();  // the previous tile's weights are consumed
+        for (int i = threadIdx.x; i < ns; i += blockDim.x) {
+            const float f = expf(__ldcg(part_ml + 2 * (base + s0 + i)) - M);
+            wt[i] = f;
+            lw[i] = __ldcg(part_ml + 2 * (base + s0 + i) + 1) * f;
+        }
+        __syncthreads();
+        const float* ab = part_acc + (base + s0) * DV;
+#pragma unroll 8
+        for (int i = 0; i < ns; ++i) {
+            L += lw[i];
+            if (d0 < DV) A0 = fmaf(__ldcg(ab + (i64)i * DV + d0), wt[i], A0);
+            if (nd > 1 && d1 < DV) A1 = fmaf(__ldcg(ab + (i64)i * DV + d1), wt[i], A1);
+        }
+    }
+    if (d0 < DV) o[d0] = A0 / L;
+    if (nd > 1 && d1 < DV) o[d1] = A1 / L;
+}
+
 template <int D, int DV, int G, int CH>
 __global__ void __launch_bounds__(NW * 32)
 attn_split(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
            const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window,
-           int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out) {
+           int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
+           int* __restrict__ tickets) {
     constexpr int PD = D / 32, PV = DV / 32;
     // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
     constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
@@ -162,6 +207,24 @@ attn_split(const float* __restrict__ q, const float* __restrict__ kc, const floa
             if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
         }
     }
+    if (single || tickets == nullptr) return;
+    // Fused pass 2: the last live split of (t, hk) to finish combines its G heads (combine_head:
+    // attn_combine's arithmetic), then re-arms the ticket for the next launch.
+    __shared__ bool last;
+    __shared__ float red[32], wt[COMBINE_TILE], lw[COMBINE_TILE];
+    __threadfence();  // this block's partials are visible device-wide before its ticket says so
+    __syncthreads();
+    const int live = (p - lo + 1 + c - 1) / c;
+    if (threadIdx.x == 0) last = atomicAdd(tickets + (i64)t * Hkv + hk, 1) == live - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) tickets[(i64)t * Hkv + hk] = 0;
+#pragma unroll 1
+    for (int g = 0; g < G; ++g) {
+        const i64 h = (i64)t * H + hk * G + g;
+        combine_head(part_ml, part_acc, h * nsplit, live, DV, out + h * DV, red, wt, lw);
+    }
 }
 
 extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
@@ -176,36 +239,5 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
     const int c = attn_chunk_len(n, ch, nsplit);
     const int live = (n + c - 1) / c;
     if (live == 1) return;  // attn_split wrote the output itself
-    const i64 base = ((i64)t * H + h) * nsplit;
-    float M = -INFINITY;
-    for (int s = threadIdx.x; s < live; s += blockDim.x) M = fmaxf(M, part_ml[2 * (base + s)]);
-    // block max (exact, so its order does not matter)
-    M = warp_max(M);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = M;
-    __syncthreads();
-    M = -INFINITY;
-    for (int u = 0; u < (int)(blockDim.x >> 5); ++u) M = fmaxf(M, red[u]);
-
-    const int nd = (DV + blockDim.x - 1) / blockDim.x;  // <= 2: blockDim >= DV / 2
-    float L = 0.f, A0 = 0.f, A1 = 0.f;
-    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
-    for (int s0 = 0; s0 < live; s0 += COMBINE_TILE) {
-        const int ns = min(COMBINE_TILE, live - s0);
-        __syncthreads();  // the previous tile's weights are consumed
-        for (int i = threadIdx.x; i < ns; i += blockDim.x) {
-            const float f = expf(part_ml[2 * (base + s0 + i)] - M);
-            wt[i] = f;
-            lw[i] = part_ml[2 * (base + s0 + i) + 1] * f;
-        }
-        __syncthreads();
-        const float* ab = part_acc + (base + s0) * DV;
-#pragma unroll 8
-        for (int i = 0; i < ns; ++i) {
-            L += lw[i];
-            if (d0 < DV) A0 = fmaf(ab[(i64)i * DV + d0], wt[i], A0);
-            if (nd > 1 && d1 < DV) A1 = fmaf(ab[(i64)i * DV + d1], wt[i], A1);
-        }
-    }
-    if (d0 < DV) out[((i64)t * H + h) * DV + d0] = A0 / L;
-    if (nd > 1 && d1 < DV) out[((i64)t * H + h) * DV + d1] = A1 / L;
+    combine_head(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV, out + ((i64)t * H + h) * DV, red, wt, lw);
 }

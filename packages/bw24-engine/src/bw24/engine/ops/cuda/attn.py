@@ -5,7 +5,8 @@ grid's y size; x is the kv head, so the live low splits are scheduled before the
 kernel picks the keys per split from the live range alone (p = pos + t), so a row's arithmetic never
 depends on T: speculative verify rows equal decode rows bit for bit, and one launch shape serves
 every position (graph replay). Both come from the tuning table's
-"attention" / "decode" default ({"chunk": CH, "max_splits": n}) when present, else the defaults below.
+"attention" / "decode" default ({"chunk": CH, "max_splits": n[, "fuse_combine": 0|1]}) when present,
+else the defaults below.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from ...errors import UnsupportedModelError
 from .kernels import ATTN_CHUNKS  # CH values CI compiles (tuning-table choices)
+from .weights import NULL
 
 ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
 BLOCKS_PER_SM = 4  # long contexts: ~4 blocks of 4 warps per SM, each streaming 16-byte K/V loads
@@ -34,7 +36,8 @@ def default_max_splits(hkv: int, n_sm: int) -> int:
     return max(16, min(256, math.ceil(BLOCKS_PER_SM * n_sm / hkv)))
 
 
-ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132]}  # workbench/tune_attention.py
+ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # workbench/tune_attention.py
+              "fuse_combine": [0, 1]}
 
 
 def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None) -> tuple[int, int]:
@@ -49,10 +52,26 @@ def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: d
     return ch, max(1, min(math.ceil(S / ch), maxs))
 
 
+def fuse_combine(tuning, override: dict | None = None) -> bool:
+    """Pass 2 inside attn_split (its last live split per kv head and token combines) instead of an
+    attn_combine launch: the same bits, one launch per layer fewer. Off unless the tuning table (or a
+    workbench override) says {"fuse_combine": 1}: not yet measured on a GPU."""
+    cfg = override or (tuning.config("attention", "decode") if tuning is not None else None) or {}
+    return cfg.get("fuse_combine") == 1
+
+
 def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
     """A chunk for memory.plan whose ceil(n_ctx / chunk) bounds the grid splits from above."""
     _, ns = attn_geometry(tuning, n_ctx, hkv, n_sm)
     return max(1, n_ctx // ns)
+
+
+def _tickets(cu, n: int):
+    """attn_split's per-(token, kv head) tickets: zeroed once, re-armed by the kernel (capturable)."""
+    t = cu._scratch.get("attn_tickets")
+    if t is None or t.size < n:
+        t = cu._scratch["attn_tickets"] = cu.zeros((max(n, 16 * 8),), np.int32)
+    return t
 
 
 def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
@@ -63,17 +82,21 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     assert all(a.flags.c_contiguous for a in (q, k_cache, v_cache, out))
     if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
         raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
-    ch, ns = attn_geometry(getattr(cu.qmv_configs, "tuning", None), S, Hkv,
-                           override=getattr(cu, "attn_override", None))
+    tuning, override = getattr(cu.qmv_configs, "tuning", None), getattr(cu, "attn_override", None)
+    ch, ns = attn_geometry(tuning, S, Hkv, override=override)
+    fused = fuse_combine(tuning, override)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
+    tickets = _tickets(cu, T * Hkv) if fused else NULL
     w = np.int32(window or 0)
     cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
                (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out))
+                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets))
+    if fused:
+        return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))
     cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out))
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "plan_chunk"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "fuse_combine", "plan_chunk"]

@@ -287,7 +287,7 @@ class CudaOps(Ops):
         if section == "attention" and kind == "decode":
             from .attn import ATTN_SPACE
 
-            if cfg is not None and any(cfg.get(k) not in v for k, v in ATTN_SPACE.items()):
+            if cfg is not None and any(cfg.get(k, v[0]) not in v for k, v in ATTN_SPACE.items()):  # absent: default
                 raise ValueError(f"attention launch config {cfg!r} outside {ATTN_SPACE}")
             self.attn_override = dict(cfg) if cfg else None
             return

@@ -170,14 +170,15 @@ class _Recorder:
 
     def attention(self, q, kc, vc, pos, **kw):
         ch, _ = attn_geometry(None, vc.shape[1], vc.shape[0], n_sm=132)
-        self.names.add(("attention.cu", f"attn_split<{q.shape[2]},{vc.shape[2]},{q.shape[1] // vc.shape[0]},{ch}>"))
+        kt = ",__half" if kc.dtype == np.float16 else ""
+        self.names.add(("attention.cu", f"attn_split<{q.shape[2]},{vc.shape[2]},{q.shape[1] // vc.shape[0]},{ch}{kt}>"))
 
     def rmsnorm(self, x, w, eps, *, out, add=None):
         self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], True)[0]))
         self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], False)[0]))
 
-    def rope_kv(self, *a, **kw):
-        self.names.add(("rope.cu", "rope_kv"))
+    def rope_kv(self, q, k, v, pos, k_cache, v_cache, **kw):
+        self.names.add(("rope.cu", f"rope_kv<{'__half' if k_cache.dtype == np.float16 else 'float'}>"))
 
 
 def test_every_template_the_cases_dispatch_is_compiled_in_ci():

@@ -143,19 +143,23 @@ def rope_case(mode, T, H, Hkv, D, rope_dim, p0) -> Case:
     return run
 
 
-def attention_case(D, G, T, p0, window, softcap) -> Case:
+def attention_case(D, G, T, p0, window, softcap, half: bool = False) -> Case:
+    """cu.attention (decode split-K for T <= 16, flash prefill above) vs the reference; half: the KV
+    cache in float16 (the reference reads the same rounded values)."""
     def run(name, ref, cu, rng):
         Hkv = 2
         H, S = Hkv * G, p0 + T + 7
         q = rng.standard_normal((T, H, D)).astype(np.float32)
         kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
         vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+        kd, vd = (kc.astype(np.float16), vc.astype(np.float16)) if half else (kc, vc)
+        kc, vc = kd.astype(np.float32), vd.astype(np.float32)
         pos = np.array([p0], np.int32)
         scale = D ** -0.5
         want = np.empty((T, H, D), np.float32)
         ref.attention(q, kc, vc, pos, scale=scale, softcap=softcap, window=window, out=want)
         out = cu.zeros((T, H, D))
-        cu.attention(_dev(cu, q), _dev(cu, kc), _dev(cu, vc), _dev(cu, pos), scale=scale, softcap=softcap,
+        cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _dev(cu, pos), scale=scale, softcap=softcap,
                      window=window, out=out)
         return compare(name, "attention", cu.to_host(out), want)
     return run

@@ -35,23 +35,33 @@ def _attn_inputs(rng, T, Hkv, G, D, p0, extra=5):
     return q, kc, vc
 
 
-def attn_ref_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
-    """cuda attention vs the float64-softmax reference."""
+def half_cache(kc, vc, half: bool):
+    """(device-side, reference-side) caches: a float16 cache's values are the reference's inputs."""
+    if not half:
+        return (kc, vc), (kc, vc)
+    kh, vh = kc.astype(np.float16), vc.astype(np.float16)
+    return (kh, vh), (kh.astype(np.float32), vh.astype(np.float32))
+
+
+def attn_ref_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
+    """cuda attention vs the float64-softmax reference (half: from a float16 KV cache)."""
     def run(name, ref, cu, rng):
         q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kd, vd), (kc, vc) = half_cache(kc, vc, half)
         want = np.empty(q.shape, np.float32)
         kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
         ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
         out = cu.zeros(q.shape)
-        cu.attention(_dev(cu, q), _dev(cu, kc), _dev(cu, vc), _pos(cu, p0), out=out, **kw)
+        cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
         return compare(name, "attention", cu.to_host(out), want)
     return run
 
 
-def attn_rows_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
+def attn_rows_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
     """Row t of one T-row launch == a T = 1 launch at position p0 + t, bit for bit."""
     def run(name, ref, cu, rng):
         q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kc, vc), _ = half_cache(kc, vc, half)
         kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
         qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
         many = cu.zeros(q.shape)
@@ -119,8 +129,10 @@ def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
     return run
 
 
-def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True) -> Case:
-    """rope_kv with the fused qk-norm vs the reference (norm then rope), plus T-row == one-row bitwise."""
+def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True, half=False) -> Case:
+    """rope_kv with the fused qk-norm vs the reference (norm then rope), plus T-row == one-row bitwise.
+    half: into a float16 cache, compared with the reference's cache rounded to float16 ("gemm16"
+    class: an fp32 value within rounding of a float16 tie may round the other way)."""
     def run(name, ref, cu, rng):
         S = p0 + T + 3
         q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
@@ -133,16 +145,23 @@ def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True) -
         ref.rope_kv(qr, kr, v, np.array([p0], np.int32), kc, vc, q_norm=qn, k_norm=kn, **kw)
         dn = dict(q_norm=None if qn is None else _dev(cu, qn), k_norm=None if kn is None else _dev(cu, kn))
         qd, kd, vd = _dev(cu, q), _dev(cu, k), _dev(cu, v)
-        kcd, vcd = cu.zeros((Hkv, S, D)), cu.zeros((Hkv, S, D))
+        dt = np.float16 if half else np.float32
+        kcd, vcd = cu.zeros((Hkv, S, D), dt), cu.zeros((Hkv, S, D), dt)
         cu.rope_kv(qd, kd, vd, _pos(cu, p0), kcd, vcd, **dn, **kw)
-        got = [cu.to_host(a).ravel() for a in (qd, kd, kcd, vcd)]
-        r = compare(name, "elementw", np.concatenate(got), np.concatenate([a.ravel() for a in (qr, kr, kc, vc)]))
+        got = [cu.to_host(a).astype(np.float32).ravel() for a in (qd, kd, kcd, vcd)]
+        if half:
+            r = compare(name, "elementw", np.concatenate(got[:2]), np.concatenate([qr.ravel(), kr.ravel()]))
+            rc = compare(name, "gemm16", np.concatenate(got[2:]),
+                         np.concatenate([a.astype(np.float16).astype(np.float32).ravel() for a in (kc, vc)]))
+            r = r if not r.ok else rc
+        else:
+            r = compare(name, "elementw", np.concatenate(got), np.concatenate([a.ravel() for a in (qr, kr, kc, vc)]))
         if not r.ok:
             return r
-        q1, kc1, vc1 = _dev(cu, q), cu.zeros((Hkv, S, D)), cu.zeros((Hkv, S, D))
+        q1, kc1, vc1 = _dev(cu, q), cu.zeros((Hkv, S, D), dt), cu.zeros((Hkv, S, D), dt)
         for t in range(T):
             cu.rope_kv(q1[t:t + 1], kd[t:t + 1], vd[t:t + 1], _pos(cu, p0 + t), kc1, vc1, **dn, **kw)
-        one = np.concatenate([cu.to_host(a).ravel() for a in (q1, kc1, vc1)])
+        one = np.concatenate([cu.to_host(a).astype(np.float32).ravel() for a in (q1, kc1, vc1)])
         return compare(name + " ==rows", "exact", one, np.concatenate([got[0], got[2], got[3]]))
     return run
 
@@ -170,6 +189,10 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn rows==decode D=64 G=7 T=9 pos=1000", attn_rows_case(64, 7, 9, 1000)
     yield "attn rows==decode D=128 G=2 T=5 pos=300 window=64", attn_rows_case(128, 2, 5, 300, window=64)
     yield "attn rows==decode D=256 G=4 T=3 pos=90 softcap=50", attn_rows_case(256, 4, 3, 90, softcap=50.0)
+    yield "attn half-KV D=128 G=4 T=1 pos=4000", attn_ref_case(128, 4, 1, 4000, half=True)
+    yield "attn half-KV D=64 G=7 T=9 pos=60 window=40", attn_ref_case(64, 7, 9, 60, window=40, half=True)
+    yield "attn half-KV D=256 G=4 T=4 pos=1030 softcap=30", attn_ref_case(256, 4, 4, 1030, None, 30.0, half=True)
+    yield "attn half-KV rows==decode D=128 G=4 T=6 pos=500", attn_rows_case(128, 4, 6, 500, half=True)
     yield "attn fused-combine D=128 G=4 T=1 pos=4000", fused(attn_ref_case(128, 4, 1, 4000))
     yield "attn fused-combine D=256 G=4 T=4 pos=1030 window=512 softcap=30", \
         fused(attn_ref_case(256, 4, 4, 1030, 512, 30.0))
@@ -188,3 +211,7 @@ def cases() -> Iterator[tuple[str, Case]]:
             ("neox", 4, 8, 2, 128, 64, 1000, True, False), ("norm", 1, 9, 3, 64, 64, 517, False, False)):
         yield f"rope_kv+qknorm {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}" \
               f"{'' if qn else ' -qn'}{'' if kn else ' -kn'}", rope_norm_case(mode, T, H, Hkv, D, rd, p0, qn, kn)
+    yield "rope_kv+qknorm neox T=5 H=32/8 D=128 pos=4093 half-KV", rope_norm_case("neox", 5, 32, 8, 128, 128, 4093,
+                                                                                   half=True)
+    yield "rope_kv norm T=2 H=6/2 D=64 rope_dim=32 pos=77 half-KV", rope_norm_case("norm", 2, 6, 2, 64, 32, 77,
+                                                                                  False, False, half=True)

@@ -84,6 +84,11 @@ def cases() -> Iterator[tuple[str, Case]]:
         tag = f"prefill attention D={D} G={G} T={T} pos={p0}"
         tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
         yield tag, attention_case(D, G, T, p0, window, softcap)
+    for D, G, T, p0, window, softcap in ((128, 4, 300, 200, None, None), (256, 4, 100, 0, None, 50.0),
+                                         (64, 7, 77, 64, 32, None)):
+        tag = f"prefill attention half-KV D={D} G={G} T={T} pos={p0}"
+        tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
+        yield tag, attention_case(D, G, T, p0, window, softcap, half=True)
     for qt, T, X, k, norm, res in ((Q.Q4_K, 40, 16, 4, True, True), (Q.Q8_0, 100, 128, 8, True, True),
                                    (Q.Q6_K, 17, 8, 2, False, False), (Q.Q4_0, 64, 60, 6, True, True),
                                    (Q.F32, 33, 12, 3, True, False)):

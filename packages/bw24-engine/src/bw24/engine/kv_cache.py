@@ -29,8 +29,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class KVCache:
     def __init__(self, ops: Ops, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int):
         self.ops, self.n_ctx = ops, n_ctx
-        self.k = [ops.zeros((n_head_kv, n_ctx, head_dim)) for _ in range(n_layer)]  # [Hkv, S, D]
-        self.v = [ops.zeros((n_head_kv, n_ctx, head_dim_v)) for _ in range(n_layer)]  # [Hkv, S, Dv]
+        dt = getattr(ops, "kv_dtype", np.float32)  # cuda: float16 when BW24_KV_DTYPE=f16
+        self.k = [ops.zeros((n_head_kv, n_ctx, head_dim), dt) for _ in range(n_layer)]  # [Hkv, S, D]
+        self.v = [ops.zeros((n_head_kv, n_ctx, head_dim_v), dt) for _ in range(n_layer)]  # [Hkv, S, Dv]
         self.pos = ops.zeros((1,), np.int32)
         self.n_past = 0
         self.epoch = 0

@@ -26,7 +26,8 @@
 //   Or fused (tickets != null): each live split block of (t, hk) takes a ticket after writing its
 //   partials; the last one runs pass 2 for its G heads itself (combine_head: the same arithmetic) and
 //   re-arms the ticket: one launch per layer fewer, and no bit of the result changes.
-// Bytes moved: 4*(D+DV) per cached key per kv head (fp32 cache) + partials 2*4*(DV+2) per (head,
+// KT: the cache element (float, or __half for a half cache: the loads convert, the math is fp32).
+// Bytes moved: sizeof(KT)*(D+DV) per cached key per kv head + partials 2*4*(DV+2) per (head,
 //   split) written and read back (<= 2*G/c of the KV bytes).
 #include "common.cuh"
 
@@ -56,6 +57,27 @@ __device__ __forceinline__ void load_row(float (&r)[P], const float* __restrict_
     } else {
 #pragma unroll
         for (int i = 0; i < P; ++i) r[i] = p[i];
+    }
+}
+
+// The same from a half KV cache (p is 2*P-byte aligned): 4 halves per 8-byte load, else pairs.
+template <int P>
+__device__ __forceinline__ void load_row(float (&r)[P], const __half* __restrict__ p) {
+    if constexpr (P % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < P / 4; ++i) {
+            const float4 v = kv_load4(p + 4 * i);
+            r[4 * i] = v.x; r[4 * i + 1] = v.y; r[4 * i + 2] = v.z; r[4 * i + 3] = v.w;
+        }
+    } else if constexpr (P % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < P / 2; ++i) {
+            const float2 v = __half22float2(reinterpret_cast<const __half2*>(p)[i]);
+            r[2 * i] = v.x; r[2 * i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < P; ++i) r[i] = __half2float(p[i]);
     }
 }
 
@@ -100,9 +122,9 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
     if (nd > 1 && d1 < DV) o[d1] = A1 / L;
 }
 
-template <int D, int DV, int G, int CH>
+template <int D, int DV, int G, int CH, typename KT = float>
 __global__ void __launch_bounds__(NW * 32)
-attn_split(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
+attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __restrict__ vc,
            const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window,
            int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
            int* __restrict__ tickets) {
@@ -131,8 +153,8 @@ attn_split(const float* __restrict__ q, const float* __restrict__ kc, const floa
 #pragma unroll
         for (int e = 0; e < PV; ++e) acc[g][e] = 0.f;
     }
-    const float* kb = kc + (i64)hk * S * D + lane * PD;
-    const float* vb = vc + (i64)hk * S * DV + lane * PV;
+    const KT* kb = kc + (i64)hk * S * D + lane * PD;
+    const KT* vb = vc + (i64)hk * S * DV + lane * PV;
     for (int r0 = j0 + w * KB; r0 < j1; r0 += NW * KB) {
         // all loads of the round first (rows past j1 re-read row j1-1 and are masked below)
         float kr[KB][PD], vr[KB][PV];

@@ -21,9 +21,9 @@
 
 #define PW 4  // warps per block
 
-template <int D, int DV, int G, int RW>
+template <int D, int DV, int G, int RW, typename KT = float>
 __global__ void __launch_bounds__(PW * 32)
-attn_prefill(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
+attn_prefill(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __restrict__ vc,
              const int* __restrict__ pos, int T, int H, int S, float scale, float softcap, int window,
              float* __restrict__ out) {
     constexpr int M = PW * RW, PV = DV / 32;
@@ -54,8 +54,8 @@ attn_prefill(const float* __restrict__ q, const float* __restrict__ kc, const fl
 #pragma unroll
         for (int e = 0; e < PV; ++e) acc[r][e] = 0.f;
     }
-    const float* kb = kc + (i64)hk * S * D;
-    const float* vb = vc + (i64)hk * S * DV;
+    const KT* kb = kc + (i64)hk * S * D;
+    const KT* vb = vc + (i64)hk * S * DV;
     const float(*qw)[D] = qs + w * RW;
 
     for (int j0 = lo; j0 <= hi; j0 += 32) {
@@ -65,10 +65,10 @@ attn_prefill(const float* __restrict__ q, const float* __restrict__ kc, const fl
 #pragma unroll
         for (int r = 0; r < RW; ++r) s[r] = 0.f;
         if (live) {
-            const float4* k4 = reinterpret_cast<const float4*>(kb + (i64)j * D);
+            const KT* k4 = kb + (i64)j * D;
 #pragma unroll 4
             for (int d4 = 0; d4 < D / 4; ++d4) {
-                const float4 kv = __ldg(k4 + d4);
+                const float4 kv = kv_load4(k4 + 4 * d4);
 #pragma unroll
                 for (int r = 0; r < RW; ++r) {
                     const float4 qv = *reinterpret_cast<const float4*>(&qw[r][4 * d4]);
@@ -105,7 +105,7 @@ attn_prefill(const float* __restrict__ q, const float* __restrict__ kc, const fl
         for (int jj = 0; jj < nk; ++jj) {
             float vv[PV];
 #pragma unroll
-            for (int e = 0; e < PV; ++e) vv[e] = __ldg(vb + (i64)(j0 + jj) * DV + lane + 32 * e);
+            for (int e = 0; e < PV; ++e) vv[e] = kv_load(vb + (i64)(j0 + jj) * DV + lane + 32 * e);
 #pragma unroll
             for (int r = 0; r < RW; ++r) {
                 const float pj = __shfl_sync(FULL_MASK, pr[r], jj);

@@ -48,3 +48,18 @@ __device__ __forceinline__ float glu_act(float g, int act) {
     if (act == 0) return g / (1.f + expf(-g));
     return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
 }
+
+// KV-cache elements: float (default) or __half (CudaOps.kv_dtype "f16": half the bytes per key).
+// Math stays fp32; a half cache rounds each stored k/v once (round to nearest even).
+__device__ __forceinline__ void kv_store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void kv_store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ float kv_load(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float kv_load(const __half* p) { return __half2float(__ldg(p)); }
+// 4 consecutive elements (16-byte aligned floats / 8-byte aligned halves).
+__device__ __forceinline__ float4 kv_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 kv_load4(const __half* p) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}

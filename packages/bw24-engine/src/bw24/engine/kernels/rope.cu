@@ -13,14 +13,16 @@
 // dims (rope_dim + 2(i - half), +1). Thread x holds slots x, x + blockDim, ... (at most RS) in
 // registers, so the norm's sum of squares is one block reduction and the in-place rotation of q needs
 // no barrier. blockDim is fixed by D and Dv alone: a row's arithmetic does not depend on T.
-// Bytes moved: q read+write 8*H*D, k read 4*Hkv*D, cache writes 4*Hkv*(D+Dv), v read 4*Hkv*Dv per token
+// KT: the cache element, float or __half (common.cuh kv_store; the rotation itself is fp32).
+// Bytes moved: q read+write 8*H*D, k read 4*Hkv*D, cache writes sizeof(KT)*Hkv*(D+Dv), v read 4*Hkv*Dv per token
 //   (+ 4*D per norm weight, L2-resident).
 #include "common.cuh"
 
 #define RS 4  // slots per thread: D <= 2 * RS * blockDim
 
-extern "C" __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __restrict__ v,
-                                   const int* __restrict__ pos, float* k_cache, float* v_cache,
+template <typename KT>
+__global__ void rope_kv(float* q, const float* __restrict__ k, const float* __restrict__ v,
+                        const int* __restrict__ pos, KT* k_cache, KT* v_cache,
                                    int H, int Hkv, int D, int Dv, int S, int rope_dim, int neox,
                                    double base, double freq_scale, const float* __restrict__ q_norm,
                                    const float* __restrict__ k_norm, float eps) {
@@ -31,7 +33,9 @@ extern "C" __global__ void rope_kv(float* q, const float* __restrict__ k, const 
     const bool is_q = head < H;
     const int hk = head - H;
     const float* src = is_q ? q + ((i64)t * H + head) * D : k + ((i64)t * Hkv + hk) * D;
-    float* dst = is_q ? q + ((i64)t * H + head) * D : k_cache + ((i64)hk * S + p) * D;
+    float* qd = is_q ? q + ((i64)t * H + head) * D : nullptr;  // q rotates in place (fp32) ...
+    KT* kd = is_q ? nullptr : k_cache + ((i64)hk * S + p) * D;   // ... k goes to the cache (KT)
+    auto put = [&](int i, float x) { if (is_q) qd[i] = x; else kv_store(kd + i, x); };
     const float* nw = is_q ? q_norm : k_norm;
     const int half = rope_dim / 2, slots = D / 2;
     int i0[RS], i1[RS];
@@ -63,16 +67,16 @@ extern "C" __global__ void rope_kv(float* q, const float* __restrict__ k, const 
         if (i < half) {
             const double ang = (double)p * freq_scale * pow(base, -2.0 * i / rope_dim);
             const float c = (float)cos(ang), s = (float)sin(ang);
-            dst[i0[r]] = a[r] * c - b[r] * s;
-            dst[i1[r]] = b[r] * c + a[r] * s;
+            put(i0[r], a[r] * c - b[r] * s);
+            put(i1[r], b[r] * c + a[r] * s);
         } else if (!is_q || nw) {  // pass-through dims: q keeps them in place unless normed
-            dst[i0[r]] = a[r];
-            dst[i1[r]] = b[r];
+            put(i0[r], a[r]);
+            put(i1[r], b[r]);
         }
     }
     if (!is_q) {
         const float* vs = v + ((i64)t * Hkv + hk) * Dv;
-        float* vd = v_cache + ((i64)hk * S + p) * Dv;
-        for (int i = threadIdx.x; i < Dv; i += blockDim.x) vd[i] = vs[i];
+        KT* vd = v_cache + ((i64)hk * S + p) * Dv;
+        for (int i = threadIdx.x; i < Dv; i += blockDim.x) kv_store(vd + i, vs[i]);
     }
 }

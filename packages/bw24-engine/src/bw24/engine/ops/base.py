@@ -47,6 +47,8 @@ class Ops(ABC):
     # Does some matvec round its activations to int8 (cuda's q8 path)? Then the gate runs the exact
     # comparison inside exact_activations() and checks the int8 forward against it (engine.Drift).
     quantizes_activations: bool = False
+    # KV-cache element type (KVCache allocates with it): float32 here; cuda may hold float16.
+    kv_dtype: Any = np.float32
 
     def exact_activations(self) -> AbstractContextManager:
         """A context in which every op keeps fp32 activations (a no-op where none rounds them)."""

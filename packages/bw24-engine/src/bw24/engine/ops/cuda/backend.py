@@ -32,6 +32,23 @@ def _i32(v) -> np.int32:
     return np.int32(v)
 
 
+KV_DTYPES = {"f32": np.float32, "f16": np.float16}
+
+
+def kv_dtype_from_env() -> Any:
+    """BW24_KV_DTYPE=f16: a half KV cache (half the attention bytes at depth, llama.cpp's default);
+    f32 (default) until the H200 measures f16's speed and the gate on it."""
+    name = os.environ.get("BW24_KV_DTYPE", "f32")
+    if name not in KV_DTYPES:
+        raise ValueError(f"BW24_KV_DTYPE={name!r}: expected one of {sorted(KV_DTYPES)}")
+    return KV_DTYPES[name]
+
+
+def kv_type(cache) -> str:
+    """The kernels' KV element template argument for a cache array."""
+    return "__half" if cache.dtype == np.float16 else "float"
+
+
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
@@ -82,6 +99,7 @@ class CudaOps(Ops):
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
         self.prefill_precision = "auto"  # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
+        self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float32 (default) or float16
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
@@ -371,7 +389,8 @@ class CudaOps(Ops):
             self.use_int8_activations(False)
         self._mem_baseline = memory.used_bytes()
         self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, PREFILL_SCRATCH,
-                                     _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv))
+                                     _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),
+                                     kv_bytes=np.dtype(self.kv_dtype).itemsize)
         memory.check_fit(self._mem_plan, str(getattr(f, "path", "model")), memory.device_free()[0])
         if progress:
             from tqdm.auto import tqdm

@@ -34,10 +34,11 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     + tuple(f"qmv8<{f},4,1,{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt in QMV_NT[1:])  # + extern "C" quantize_x, glu_q8
     + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
        "qmv8_3<7,7,9,4,1,4>"),
-    "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}>" for d, dv, g in ATTN_SHAPES)
+    "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES
+                          for kt in ("", ",__half"))  # fp32 and fp16 KV caches
     + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices
     "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV),  # (+ fused quantize_x)
-    "rope.cu": (),
+    "rope.cu": ("rope_kv<float>", "rope_kv<__half>"),  # the KV-cache element
     "elementwise.cu": (),
     "sample.cu": (),
     "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
@@ -47,8 +48,9 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # prefill (T > 16, ops/cuda/prefill.py): fp16 weight chunks for cuBLAS; attention at the real
     # models' (D, G) (smollm2 64/3, qwen2.5 64/7, qwen3 128/2,4,8, gemma3 256/4) and kernel_check's
     "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),
-    "attention_prefill.cu": attn_instances([(64, 64, g) for g in (1, 3, 5, 7)] + [(128, 128, g) for g in (1, 2, 4, 6, 8)]
-                                           + [(256, 256, g) for g in (2, 4)]),
+    "attention_prefill.cu": sum((attn_instances([(64, 64, g) for g in (1, 3, 5, 7)]
+                                                + [(128, 128, g) for g in (1, 2, 4, 6, 8)]
+                                                + [(256, 256, g) for g in (2, 4)], half=h) for h in (False, True)), ()),
 }
 
 

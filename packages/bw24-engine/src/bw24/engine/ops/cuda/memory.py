@@ -37,7 +37,8 @@ class MemoryPlan:
         return self.weights + self.kv + self.activations + self.scratch + MARGIN
 
 
-def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, attn_chunk: int = 128) -> MemoryPlan:
+def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, attn_chunk: int = 128,
+         kv_bytes: int = 4) -> MemoryPlan:
     weights = gguf = 0
     max_rows, max_k = cfg.n_vocab, cfg.n_embd
     for ti in f.tensors.values():
@@ -50,7 +51,7 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
             max_rows = max(max_rows, int(ti.shape[-2]))
             max_k = max(max_k, int(ti.shape[-1]))
     c, m = cfg, max_batch
-    kv = 4 * c.n_layer * n_ctx * c.n_head_kv * (c.head_dim + c.head_dim_v)
+    kv = kv_bytes * c.n_layer * n_ctx * c.n_head_kv * (c.head_dim + c.head_dim_v)  # 4: fp32, 2: fp16 cache
     ff = c.n_ff_expert if c.is_moe else c.n_ff
     act = 4 * m * (3 * c.n_embd + c.n_head * (c.head_dim + c.head_dim_v) + c.n_head_kv * (c.head_dim + c.head_dim_v)
                    + 2 * max(ff, 1) + c.n_vocab) + 4 * m

@@ -72,7 +72,9 @@ def rope_kv(cu, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, m
     block = rope_block(D, Dv)
     if D // 2 > ROPE_SLOTS * block:
         raise ValueError(f"rope_kv: head dim {D} exceeds {2 * ROPE_SLOTS * block} (rope.cu RS)")
-    cu._launch(cu._k("rope.cu", "rope_kv"), (T, H + Hkv), block,
+    assert k_cache.dtype == v_cache.dtype
+    kt = "__half" if k_cache.dtype == np.float16 else "float"  # the cache element (backend.kv_type)
+    cu._launch(cu._k("rope.cu", f"rope_kv<{kt}>"), (T, H + Hkv), block,
                (q, k, v, pos, k_cache, v_cache, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S),
                 np.int32(rope_dim), np.int32(mode == "neox"), np.float64(base), np.float64(freq_scale),
                 NULL if q_norm is None else q_norm, NULL if k_norm is None else k_norm,

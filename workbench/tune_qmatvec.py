@@ -112,8 +112,7 @@ for qtype, shapes in results.items():
         before_after[f"{qtype} {shape}"] = {"before_gbs": round(b, 2), "after_gbs": round(a, 2)}
         per_shape[shape] = best.config
         print(f"{qtype:6s} {shape:>12s} {b:12.2f} {a:11.2f}  {best.config}")
-    winners = [json.dumps(c, sort_keys=True) for c in per_shape.values()]
-    entries[qtype] = {"default": json.loads(max(set(winners), key=winners.count)), "shapes": per_shape}
+    entries[qtype] = tuning.kind_entry(per_shape)
 
 # %%
 name, cc = device()

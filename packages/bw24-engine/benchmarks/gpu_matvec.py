@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import os
 import sys
@@ -156,8 +155,7 @@ def write_table(out: Path, res: dict, summary: list[str]) -> None:
             ba[f"{qn} {s}"] = {"before_gbs": round(nbytes / rows[d] / 1e3, 1),
                                "after_gbs": round(nbytes / rows[best] / 1e3, 1), "default": list(d), "best": list(best)}
         if per:
-            winners = [json.dumps(c, sort_keys=True) for c in per.values()]
-            entries[qn] = {"default": json.loads(max(set(winners), key=winners.count)), "shapes": per}
+            entries[qn] = tuning.kind_entry(per)
     di = device_info()
     path = tuning.write_section(out, di.name, di.cc, "qmatvec", entries,
                                 {"script": "packages/bw24-engine/benchmarks/gpu_matvec.py",

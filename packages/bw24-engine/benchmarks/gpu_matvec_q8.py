@@ -198,8 +198,7 @@ def write_table(out: Path, res: dict, summary: list[str]) -> None:
             ba[f"{qn} {n}x{k}"] = {"before_gbs": round(nb / rows.get(d, float("inf")) / 1e3, 1),
                                    "after_gbs": round(nb / rows[(p, w, r)] / 1e3, 1), "best": [p, w, r]}
         if per:
-            winners = [json.dumps(c, sort_keys=True) for c in per.values()]
-            entries[qn] = {"default": json.loads(max(set(winners), key=winners.count)), "shapes": per}
+            entries[qn] = tuning.kind_entry(per)
     di = device_info()
     path = tuning.write_section(out, di.name, di.cc, "qmatvec", entries,
                                 {"script": "packages/bw24-engine/benchmarks/gpu_matvec_q8.py",

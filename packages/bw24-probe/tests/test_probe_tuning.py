@@ -58,3 +58,8 @@ def test_sweep_never_picks_a_wrong_config():
     assert trials[0].config == {"v": "slow-right"} and trials[0].ok
     assert {t.config["v"]: t.ok for t in trials} == {"fast-wrong": False, "slow-right": True, "crashes": False}
     assert "KeyError" in next(t.error for t in trials if t.config["v"] == "crashes")
+
+
+def test_kind_entry_defaults_to_the_config_most_shapes_chose():
+    per = {"4096x1024": {"warps": 1}, "6144x1024": {"warps": 1}, "4096x4096": {"warps": 4}}
+    assert tuning.kind_entry(per) == {"default": {"warps": 1}, "shapes": per}

@@ -24,11 +24,18 @@ from bw24.runtime.tuning import RESERVED, SCHEMA, TuningTableError, read_table, 
 from .ceilings import device_key, now_iso
 
 # One schema for writer (here) and reader (the engine's dispatcher): validation lives in bw24.runtime.
-__all__ = ["SCHEMA", "TuningTableError", "read_table", "table_path", "validate", "write_section"]
+__all__ = ["SCHEMA", "TuningTableError", "kind_entry", "read_table", "table_path", "validate", "write_section"]
 
 
 def table_path(directory: str | os.PathLike, device: str, cc: tuple[int, int]) -> Path:
     return Path(directory) / f"{device_key(device, cc)}.json"
+
+
+def kind_entry(per_shape: dict[str, dict]) -> dict:
+    """A kind's table entry from its best config per shape: {"default": the config most shapes chose,
+    "shapes": per_shape} (the sweeps of tune_qmatvec and benchmarks/gpu_matvec*.py)."""
+    winners = [json.dumps(c, sort_keys=True) for c in per_shape.values()]
+    return {"default": json.loads(max(set(winners), key=winners.count)), "shapes": per_shape}
 
 
 def write_section(directory: str | os.PathLike, device: str, cc: tuple[int, int], section: str,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from bw24.engine.kernel_cases_attn import cases as attn_cases
 from bw24.engine.ops.cuda.attn import ATTN_CHUNK, attn_geometry, default_max_splits, plan_chunk
-from bw24.engine.ops.cuda.kernels import COMPILE_SET
+from bw24.engine.ops.cuda.kernels import COMPILE_SET, kv_arg, kv_elem
 from bw24.engine.ops.cuda.norm import ROPE_SLOTS, rmsnorm_config, rope_block
 from bw24.engine.ops.ref import RefOps
 
@@ -170,7 +170,7 @@ class _Recorder:
 
     def attention(self, q, kc, vc, pos, **kw):
         ch, _ = attn_geometry(None, vc.shape[1], vc.shape[0], n_sm=132)
-        kt = ",__half" if kc.dtype == np.float16 else ""
+        kt = kv_arg(kc, vc)
         self.names.add(("attention.cu", f"attn_split<{q.shape[2]},{vc.shape[2]},{q.shape[1] // vc.shape[0]},{ch}{kt}>"))
 
     def rmsnorm(self, x, w, eps, *, out, add=None):
@@ -178,7 +178,7 @@ class _Recorder:
         self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], False)[0]))
 
     def rope_kv(self, q, k, v, pos, k_cache, v_cache, **kw):
-        self.names.add(("rope.cu", f"rope_kv<{'__half' if k_cache.dtype == np.float16 else 'float'}>"))
+        self.names.add(("rope.cu", f"rope_kv<{kv_elem(k_cache, v_cache)}>"))
 
 
 def test_every_template_the_cases_dispatch_is_compiled_in_ci():

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ...errors import UnsupportedModelError
-from .kernels import ATTN_CHUNKS  # CH values CI compiles (tuning-table choices)
+from .kernels import ATTN_CHUNKS, kv_arg  # CH values CI compiles (tuning-table choices)
 from .weights import NULL
 
 ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
@@ -89,9 +89,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     acc = cu._buf("attn_acc", T * H * ns * Dv)
     tickets = _tickets(cu, T * Hkv) if fused else NULL
     w = np.int32(window or 0)
-    half = k_cache.dtype == np.float16  # a half KV cache: attn_split<..., __half>
-    assert v_cache.dtype == k_cache.dtype
-    cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}{',__half' if half else ''}>"), (Hkv, ns, T), 128,
+    kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
+    cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}{kt}>"), (Hkv, ns, T), 128,
                (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                 np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets))
     if fused:

@@ -44,11 +44,6 @@ def kv_dtype_from_env() -> Any:
     return KV_DTYPES[name]
 
 
-def kv_type(cache) -> str:
-    """The kernels' KV element template argument for a cache array."""
-    return "__half" if cache.dtype == np.float16 else "float"
-
-
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2

@@ -54,6 +54,18 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
 }
 
 
+def kv_elem(k_cache, v_cache) -> str:
+    """The KV-cache element the kernels are instantiated for: "float" or "__half" (rope_kv<KT>);
+    attn_split / attn_prefill default KT = float, so their names carry only ",__half"."""
+    assert k_cache.dtype == v_cache.dtype, f"K cache {k_cache.dtype}, V cache {v_cache.dtype}"
+    return "__half" if k_cache.dtype == "float16" else "float"
+
+
+def kv_arg(k_cache, v_cache) -> str:
+    """The trailing template argument of attn_split / attn_prefill: "" (float) or ",__half"."""
+    return "" if kv_elem(k_cache, v_cache) == "float" else ",__half"
+
+
 def kernel_files() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .kernels import NORM_NV  # vectors per thread held in registers (rmsnorm_reg<VW, NV>)
+from .kernels import NORM_NV, kv_elem  # vectors per thread held in registers (rmsnorm_reg<VW, NV>)
 from .weights import NULL
 
 NORM_THREADS = 512  # at most 512 threads per row (norm.cu launch bounds); more values per thread beyond
@@ -72,9 +72,7 @@ def rope_kv(cu, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, m
     block = rope_block(D, Dv)
     if D // 2 > ROPE_SLOTS * block:
         raise ValueError(f"rope_kv: head dim {D} exceeds {2 * ROPE_SLOTS * block} (rope.cu RS)")
-    assert k_cache.dtype == v_cache.dtype
-    kt = "__half" if k_cache.dtype == np.float16 else "float"  # the cache element (backend.kv_type)
-    cu._launch(cu._k("rope.cu", f"rope_kv<{kt}>"), (T, H + Hkv), block,
+    cu._launch(cu._k("rope.cu", f"rope_kv<{kv_elem(k_cache, v_cache)}>"), (T, H + Hkv), block,
                (q, k, v, pos, k_cache, v_cache, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S),
                 np.int32(rope_dim), np.int32(mode == "neox"), np.float64(base), np.float64(freq_scale),
                 NULL if q_norm is None else q_norm, NULL if k_norm is None else k_norm,

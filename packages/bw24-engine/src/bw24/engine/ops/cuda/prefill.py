@@ -163,9 +163,9 @@ def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> 
     if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
         raise UnsupportedModelError(f"cuda prefill attention: head dims {D}/{Dv} with {G} q heads per kv head")
     rw = attn_rows_per_warp(D)
-    half = k_cache.dtype == np.float16  # a half KV cache: attn_prefill<..., __half>
-    assert v_cache.dtype == k_cache.dtype
-    fn = ops._k("attention_prefill.cu", f"attn_prefill<{D},{Dv},{G},{rw}{',__half' if half else ''}>")
+    from .kernels import kv_arg  # (kernels imports this module: attn_instances)
+
+    fn = ops._k("attention_prefill.cu", f"attn_prefill<{D},{Dv},{G},{rw}{kv_arg(k_cache, v_cache)}>")
     ops._launch(fn, (math.ceil(T * G / (4 * rw)), Hkv), 128,
                 (q, k_cache, v_cache, pos, np.int32(T), np.int32(H), np.int32(S), np.float32(scale),
                  np.float32(softcap or 0.0), np.int32(int(window or 0)), out))

@@ -66,14 +66,6 @@ def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
     return max(1, n_ctx // ns)
 
 
-def _tickets(cu, n: int):
-    """attn_split's per-(token, kv head) tickets: zeroed once, re-armed by the kernel (capturable)."""
-    t = cu._scratch.get("attn_tickets")
-    if t is None or t.size < n:
-        t = cu._scratch["attn_tickets"] = cu.zeros((max(n, 16 * 8),), np.int32)
-    return t
-
-
 def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
     T, H, D = q.shape
     Hkv, S, Dv = v_cache.shape
@@ -87,7 +79,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     fused = fuse_combine(tuning, override)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
-    tickets = _tickets(cu, T * Hkv) if fused else NULL
+    # per (token, kv head), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads first)
+    tickets = cu._buf("attn_tickets", max(T * Hkv, 16 * 8), np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
     cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}{kt}>"), (Hkv, ns, T), 128,

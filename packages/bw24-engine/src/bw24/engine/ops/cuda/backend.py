@@ -106,12 +106,13 @@ class CudaOps(Ops):
         with self.stream:
             fn(tuple(int(g) for g in grid), (int(block),), args)
 
-    def _buf(self, key: str, n: int, dtype=np.float32):
-        """Scratch reused across calls (grown outside capture: the first eager step sizes it)."""
+    def _buf(self, key: str, n: int, dtype=np.float32, *, zeroed: bool = False):
+        """Scratch reused across calls (grown outside capture: the first eager step sizes it). zeroed:
+        zero-filled when (re)allocated, for counters that kernels re-arm themselves (tickets)."""
         a = self._scratch.get(key)
         if a is None or a.size < n:
             with self.stream:
-                a = self._scratch[key] = self.cp.empty(max(n, 1), dtype=dtype)
+                a = self._scratch[key] = (self.cp.zeros if zeroed else self.cp.empty)(max(n, 1), dtype=dtype)
         return a[:n]
 
     # ---- memory ---------------------------------------------------------------------------------

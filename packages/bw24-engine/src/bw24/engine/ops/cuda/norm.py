@@ -10,7 +10,9 @@ import math
 
 import numpy as np
 
+from . import q8
 from .kernels import NORM_NV, kv_elem  # vectors per thread held in registers (rmsnorm_reg<VW, NV>)
+from .launch import Q8_MIN_K
 from .weights import NULL
 
 NORM_THREADS = 512  # at most 512 threads per row (norm.cu launch bounds); more values per thread beyond
@@ -35,9 +37,6 @@ def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
     vocabulary head, so they keep rmsnorm_reg: at 313c45e, when every row was fused, qwen3-0.6b
     (K = 1024) decoded 8.6% slower on the H200 (964 -> 881 tok/s; the fusion is the suspect, not yet
     re-measured)."""
-    from . import q8
-    from .launch import Q8_MIN_K
-
     K = x.shape[-1]
     assert w.shape == (K,) and out.shape == x.shape and x.flags.c_contiguous and out.flags.c_contiguous
     if add is not None:

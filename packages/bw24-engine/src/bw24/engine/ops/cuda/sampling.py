@@ -37,9 +37,7 @@ def sample(ops, logits, params, pos, *, out, counts=None) -> None:
            np.float64(params.presence_penalty))
     if params.greedy:
         pv, pi = ops._buf("argmax_pv", ARGMAX_MAX_BLOCKS, np.float64), ops._buf("argmax_pi", ARGMAX_MAX_BLOCKS, np.int32)
-        ticket = ops._scratch.get("argmax_ticket")
-        if ticket is None:  # zero once; the last block re-arms it after every launch
-            ticket = ops._scratch["argmax_ticket"] = ops.zeros((1,), np.uint32)
+        ticket = ops._buf("argmax_ticket", 1, np.uint32, zeroed=True)  # the last block re-arms it
         ops._launch(ops._k("sample.cu", "argmax_sample"), (argmax_blocks(V),), ARGMAX_THREADS,
                     (lg, np.int32(V), counts if use_counts else NULL, *pen, out, pv, pi, ticket))
     else:

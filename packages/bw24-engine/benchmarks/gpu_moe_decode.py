@@ -72,10 +72,10 @@ def new_layer(cu, x, router, ge, ue, de, h, stage: int) -> None:
     cu._launch(cu._k("moe.cu", "moe_route"), (T,), 32, (rl, np.int32(X), np.int32(K_USED), np.int32(1), sel, wts))
     if stage == 1:
         L, R, U = M.decode_config(ge.fmt, E, "gu")
-        M._launch_smem(cu, cu._k("moe.cu", f"moe_gu<{ge.fmt},{R},{U}>"), (-(-F // (32 // L * R)), T),
-                       32 * min(K_USED, M.MAX_WARPS),
-                       (*ge.args(), *ue.args(), sel, np.int32(K_USED), x, np.int32(E), np.int32(F), np.int32(L),
-                        np.int32(0), g), M.gu_smem(E))
+        cu._launch(cu._k("moe.cu", f"moe_gu<{ge.fmt},{R},{U}>"), (-(-F // (32 // L * R)), T),
+                   32 * min(K_USED, M.MAX_WARPS),
+                   (*ge.args(), *ue.args(), sel, np.int32(K_USED), x, np.int32(E), np.int32(F), np.int32(L),
+                    np.int32(0), g), shared_mem=M.gu_smem(E))
 
 
 def main(sweep: bool = True) -> None:

@@ -77,8 +77,8 @@ class Emu:
     def glu(self, g, u, act, *, out):
         out[...] = np.vectorize(lambda a, b: glu_out(a, b, M.ACTIVATIONS.index(act)), otypes=[f32])(g, u)
 
-    def _launch(self, fn, grid, block, args):
-        fn(grid, (block,), args)
+    def _launch(self, fn, grid, block, args, shared_mem=0):
+        fn(grid, (block,), args, shared_mem=shared_mem)
 
     def _k(self, file, name):
         assert file == "moe.cu"

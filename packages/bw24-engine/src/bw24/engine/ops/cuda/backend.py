@@ -101,10 +101,11 @@ class CudaOps(Ops):
         defines = (("BW24_PLANTED_BUG", 1),) if self.variant == "planted_bug" else ()
         return get_kernel(file, name, defines)
 
-    def _launch(self, fn, grid, block, args) -> None:
+    def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
+        """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging)."""
         self._q8_ready = None  # the launch may write any buffer: producers re-mark after launching
         with self.stream:
-            fn(tuple(int(g) for g in grid), (int(block),), args)
+            fn(tuple(int(g) for g in grid), (int(block),), args, shared_mem=int(shared_mem))
 
     def _buf(self, key: str, n: int, dtype=np.float32, *, zeroed: bool = False):
         """Scratch reused across calls (grown outside capture: the first eager step sizes it). zeroed:

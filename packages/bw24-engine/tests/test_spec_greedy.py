@@ -180,3 +180,18 @@ def test_spec_greedy_with_penalties_matches_plain(models):
     assert ref != greedy_decode(m, [300, 41, 300], N)  # the penalties change the output here
     for d in (NgramDrafter(), DraftModelDrafter(models["same"].model)):
         assert list(SpecDecoder(m, d, k=3).generate([300, 41, 300], N, p)) == ref, d.name
+
+
+def test_plain_decode_ends_after_a_stop_token(models, reference):
+    """spec_bench's end-of-turn runs: plain_decode(stop_ids) is the unstopped output cut after the
+    first stop token, as SpecDecoder.generate(stop_ids) ends."""
+    from bw24.engine import SamplingParams
+    from bw24.engine.spec import plain_decode
+
+    m = models["target"].model
+    stop = reference[5]
+    cut = reference[: reference.index(stop) + 1]
+    out, _ = plain_decode(m, models["ids"], N, SamplingParams(), stop_ids=[stop])
+    assert out == cut and len(cut) < N
+    dec = SpecDecoder(m, NgramDrafter(), k=4)
+    assert list(dec.generate(models["ids"], N, stop_ids=[stop])) == cut

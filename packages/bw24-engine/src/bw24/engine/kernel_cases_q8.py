@@ -114,8 +114,8 @@ def decode_verify_case(qt, cfg, multi: bool = False) -> Case:
 
         with _forced(cu, [qt], *cfg):
             ones = np.concatenate([mm(x[t:t + 1], 1) for t in range(16)])
-            many = np.concatenate([mm(x[:T], T) for T in (3, 9, 16)])
-        want = np.concatenate([ones[:3], ones[:9], ones[:16]])
+            many = np.concatenate([mm(x[:T], T) for T in (3, 6, 9, 16)])  # every QMV_NT bucket above 1
+        want = np.concatenate([ones[:3], ones[:6], ones[:9], ones[:16]])
         return compare(name, "exact", many, want)
     return run
 

@@ -192,8 +192,10 @@ class CellBench:
     def result(self, samples: list[float], ceiling: Ceiling) -> CellResult:
         c = self.cell
         r = CellResult(c, samples, kernels_per_token=self.kernels, vram_peak_bytes=self.vram.value)
+        # The KV element is an engine setting (BW24_KV_DTYPE), not part of the cell: each row says which ran.
+        r.extra["kv_dtype"] = np.dtype(getattr(self.model.kv.k[0], "dtype", np.float32)).name
         if c.mode != "prefill":
-            kv_elem = int(np.dtype(getattr(self.model.kv.k[0], "dtype", np.float32)).itemsize)
+            kv_elem = np.dtype(r.extra["kv_dtype"]).itemsize
             tr = decode_traffic(self.eng.gguf, self.model.cfg, c.depth, c.tokens, kv_elem)
             r.bytes_per_token = tr.total
             r.extra.update(weight_bytes_per_token=tr.weight_bytes, kv_bytes_per_token=tr.kv_bytes)

@@ -175,8 +175,10 @@ class SpecDecoder:
                     return
 
 
-def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams) -> tuple[list[int], float]:
-    """Reference loop (engine ops, captured step): n tokens and the decode seconds (prefill excluded)."""
+def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams,
+                 stop_ids: Sequence[int] = ()) -> tuple[list[int], float]:
+    """Reference loop (engine ops, captured step): up to n tokens, ending after a token in stop_ids
+    (as SpecDecoder.generate does), and the decode seconds (prefill excluded)."""
     ops, kv, buf = model.ops, model.kv, model.buf
     params = params.resolved()
     counts = None
@@ -195,7 +197,8 @@ def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams) -
 
     run = ops.capture(step)
     out = [int(ops.to_host(token)[0])]
-    while len(out) < n and kv.n_past < kv.n_ctx:
+    stop = set(stop_ids)
+    while len(out) < n and kv.n_past < kv.n_ctx and out[-1] not in stop:
         kv.reserve(1)
         run()
         out.append(int(ops.to_host(token)[0]))

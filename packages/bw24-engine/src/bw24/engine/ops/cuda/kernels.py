@@ -13,7 +13,7 @@ from .moe import decode_instances
 from .prefill import attn_instances
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
-QMV_NT = (1, 4, 16)   # token-count buckets of the decode/verify matvec (T <= 16)
+QMV_NT = (1, 4, 8, 16)   # token-count buckets of the decode/verify matvec (T <= 16); 8: a K=4..7 verify
 # (W warps, R rows) of the decode matvec that CI compiles: the built-in defaults at the presets' K
 # and the H200 table's choices; other configs compile at run time on first use.
 QMV_CONFIGS = ((4, 8), (1, 4), (4, 4), (4, 16), (2, 4), (1, 2))

@@ -40,10 +40,19 @@ ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # wo
               "fuse_combine": [0, 1]}
 
 
+def _config(tuning, override: dict | None) -> dict:
+    return override or (tuning.config("attention", "decode") if tuning is not None else None) or {}
+
+
+def decode_config(cu) -> dict:
+    """The attention.decode config in force on a CudaOps: its workbench override, else the table's."""
+    return dict(_config(getattr(cu.qmv_configs, "tuning", None), getattr(cu, "attn_override", None)))
+
+
 def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None) -> tuple[int, int]:
     """(CH, grid splits ns) for a cache of S keys. Never a function of T (bit-identical rows).
     `override`: a config forced by a workbench sweep (CudaOps.set_launch_config("attention", ...))."""
-    cfg = override or (tuning.config("attention", "decode") if tuning is not None else None) or {}
+    cfg = _config(tuning, override)
     ch = cfg.get("chunk", ATTN_CHUNK)
     ch = ch if ch in ATTN_CHUNKS else ATTN_CHUNK  # a table entry outside the compiled set: default
     maxs = cfg.get("max_splits")
@@ -56,8 +65,7 @@ def fuse_combine(tuning, override: dict | None = None) -> bool:
     """Pass 2 inside attn_split (its last live split per kv head and token combines) instead of an
     attn_combine launch: the same bits, one launch per layer fewer. Off unless the tuning table (or a
     workbench override) says {"fuse_combine": 1}: not yet measured on a GPU."""
-    cfg = override or (tuning.config("attention", "decode") if tuning is not None else None) or {}
-    return cfg.get("fuse_combine") == 1
+    return _config(tuning, override).get("fuse_combine") == 1
 
 
 def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
@@ -93,4 +101,5 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out))
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "fuse_combine", "plan_chunk"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "decode_config", "fuse_combine",
+           "plan_chunk"]

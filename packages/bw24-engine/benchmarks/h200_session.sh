@@ -3,7 +3,7 @@
 # (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
-# Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | perf CELLS | spec | pack
+# Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | perf CELLS | spec | pack
 #         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
@@ -54,6 +54,9 @@ log=lambda s: None))" "$m")
     BW24_WB_QTYPES=${WB_QTYPES:-Q4_K,Q6_K,Q8_0} BW24_WB_MODEL=$SMOL timeout 500 python3 workbench/run_all.py \
       "$@" --out $R/nb --timeout 400 > $R/nb.log 2>&1
     grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
+  wb)  # one workbench notebook as a plain script (no jupytext / nbclient needed on the host)
+    mkdir -p $R/nb; (hdr; cd workbench && timeout 400 python3 "$1.py"; echo "wb rc=$?") > $R/nb/$1.log 2>&1
+    tail -8 $R/nb/$1.log; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
   perf)
     bash $B/gpu_llama_build.sh wait | tail -4
     # rows go to $P (seeded from the committed file): a later call re-copies the working

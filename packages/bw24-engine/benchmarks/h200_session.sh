@@ -9,7 +9,7 @@
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
 set -uo pipefail
 SHA=$1; STAGE=$2; shift 2
-export PYTHONPATH=/tmp/site:$(ls -d packages/*/src | paste -sd:) PYTHONUNBUFFERED=1 BW24_GIT=$SHA
+export PYTHONPATH=/tmp/site:$(ls -d $PWD/packages/*/src | paste -sd:) PYTHONUNBUFFERED=1 BW24_GIT=$SHA
 export BW24_CACHE=/tmp/bw24cache BW24_BENCH_CACHE=/tmp/bw24-bench
 B=packages/bw24-engine/benchmarks; R=${BW24_R:-/tmp/r}; P=/tmp/r/perf.jsonl; mkdir -p $R
 hdr() { echo "# device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); date: $(date -u '+%F %T UTC'); git: $SHA"; }

@@ -51,6 +51,30 @@ def kernel_table(run_n, n_tokens: int) -> tuple[list[tuple[str, float, float]], 
     return rows, wall
 
 
+def verify_table(m, ops, rng, plain_us: float, T: int = 5) -> list[str]:
+    """The speculative verify of T tokens at the same depth (spec.device.FastVerifier: forward(T) with
+    every row's logits, row argmax, one host read), replayed STEPS times: its cost in decode steps."""
+    from bw24.engine.spec.device import FastVerifier
+
+    fv, n0 = FastVerifier(m), m.kv.n_past
+    ops.copy_from_host(m.buf.view(T).ids, rng.integers(10, m.cfg.n_vocab - 10, size=T).astype(np.int32))
+
+    def verify_n():
+        for _ in range(STEPS):
+            m.kv.reset(n0)
+            fv.run(T)
+
+    verify_n()  # eager, capture
+    t0 = time.perf_counter()
+    verify_n()
+    us = (time.perf_counter() - t0) * 1e6 / STEPS
+    rows, wall = kernel_table(verify_n, STEPS)
+    m.kv.reset(n0)
+    head = (f"## verify T={T}: {us:.1f} us unprofiled = {us / plain_us:.2f} decode steps; kernels "
+            f"{sum(r[1] for r in rows):.0f}/verify, kernel time {sum(r[2] for r in rows):.1f} us")
+    return [head] + [f"{r[2]:9.1f} us {r[1]:6.1f}x  {r[0]}" for r in rows[:30]]
+
+
 def profile_model(spec: str, out: Path, summary: list[str]) -> None:
     from bw24.engine import Engine
     from bw24.engine.graph import decode_step
@@ -88,6 +112,7 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
              f"{wall:.1f} us/token under the profiler; kernels {sum(r[1] for r in rows):.0f}/token, "
              f"kernel time {sum(r[2] for r in rows):.1f} us/token"]
     lines += [f"{r[2]:9.1f} us {r[1]:6.1f}x  {r[0]}" for r in rows[:40]]
+    lines += verify_table(m, ops, rng, plain_us)
 
     # one prefill chunk of 512 tokens
     T = 512

@@ -48,12 +48,14 @@ log=lambda s: None))" "$m")
     timeout 300 python3 $B/gpu_real.py $SMOL $R/real > $R/real.log 2>&1; tail -12 $R/real.log ;;
   profile)
     timeout 400 python3 $B/gpu_profile.py $R/profile "$@" > $R/profile.log 2>&1
-    grep -A14 "^## decode" $R/profile.log | cut -c1-120; grep -E "^## prefill|summary" -A0 $R/profile.log | cut -c1-140
+    grep -A14 -E "^## (decode|verify)" $R/profile.log | cut -c1-120; grep -E "^## prefill|summary" -A0 $R/profile.log | cut -c1-140
     sed -n '/== summary ==/,$p' $R/profile.log ;;
   nb)
     BW24_WB_QTYPES=${WB_QTYPES:-Q4_K,Q6_K,Q8_0} BW24_WB_MODEL=$SMOL timeout 500 python3 workbench/run_all.py \
       "$@" --out $R/nb --timeout 400 > $R/nb.log 2>&1
     grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
+  idle)  # wait until no bench / spec_bench process of an earlier (killed) chain still runs
+    while pgrep -f "[c]li bench|[s]pec_bench.py" > /dev/null; do sleep 2; done; echo idle ;;
   wb)  # one workbench notebook as a plain script (no jupytext / nbclient needed on the host)
     mkdir -p $R/nb; (hdr; cd workbench && timeout 400 python3 "$1.py"; echo "wb rc=$?") > $R/nb/$1.log 2>&1
     tail -8 $R/nb/$1.log; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;

@@ -12,7 +12,7 @@ ROWS = [
      "dirty": False, "llama": {"build_commit": "b7000"}},
     {"device": "NVIDIA H200 sm_90a", "cell": "qwen3-8b-q4_k_m-tg128@d0", "mode": "decode", "decode_tok_s": 512.5,
      "llama_tok_s": 247.0, "ratio": 512.5 / 247.0, "roofline_pct": 56.9, "time": "2026-11-30T00:00:00Z",
-     "git": "bbb2222", "dirty": True, "vram_peak_bytes": 5 * 2**30, "llama": {"build_commit": "b7001", "vram_peak_bytes": 6 * 2**30}},
+     "git": "bbb2222", "dirty": True, "kv_dtype": "float16", "vram_peak_bytes": 5 * 2**30, "llama": {"build_commit": "b7001", "vram_peak_bytes": 6 * 2**30}},
     {"device": "cpu x", "cell": "qwen3-tiny-q8_0-pp32@d0", "mode": "prefill", "prefill_tok_s": 1234.5,
      "llama_tok_s": None, "ratio": None, "roofline_pct": None, "time": "2026-11-30T01:00:00Z", "git": "bbb2222"},
 ]
@@ -22,8 +22,8 @@ def test_render_uses_latest_row_per_device_cell():
     t = render_table(ROWS)
     lines = [ln for ln in t.splitlines() if ln.startswith("| qwen3")]
     assert len(lines) == 3 - 1  # two H200 rows collapse to the latest
-    assert "| qwen3-8b-q4_k_m-tg128@d0 | 512.5 | 247.0 | 2.07x | 56.9 | 5.00 / 6.00 | 2026-11-30 | NVIDIA H200 sm_90a | bbb2222+ / llama.cpp b7001 |" in t
-    assert "| qwen3-tiny-q8_0-pp32@d0 | 1,234.5 | — | — | — | — / — | 2026-11-30 | cpu x | bbb2222 |" in t
+    assert "| qwen3-8b-q4_k_m-tg128@d0 | 512.5 | 247.0 | 2.07x | 56.9 | f16 | 5.00 / 6.00 | 2026-11-30 | NVIDIA H200 sm_90a | bbb2222+ / llama.cpp b7001 |" in t
+    assert "| qwen3-tiny-q8_0-pp32@d0 | 1,234.5 | — | — | — | f32 | — / — | 2026-11-30 | cpu x | bbb2222 |" in t
     assert "400.0" not in t
 
 

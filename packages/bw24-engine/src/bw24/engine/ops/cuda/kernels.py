@@ -14,15 +14,6 @@ from .prefill import attn_instances
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
 QMV_NT = (1, 4, 8, 16)   # token-count buckets of the decode/verify matvec (T <= 16); 8: a K=4..7 verify
-
-
-def verify_rows(R: int, nt: int) -> int:
-    """Rows per block of a T > 1 matvec: the T = 1 config's R, capped so R * NT <= 32 (reduce_store
-    has one thread per (row, token); acc[R][NT] stays in registers). Each block loads the T activation
-    rows once per group for its R weight rows, so R = 1 re-read them per weight row: on the H200 an 8B
-    T = 5 verify moved ~35 GB of activations through L2 and cost 2.35 decode steps (a7b0f07). A row's
-    arithmetic does not depend on R (same W, same group order), so rows stay bit-identical to decode."""
-    return R if nt == 1 else max(1, min(R, 32 // nt))
 # (W warps, R rows) of the decode matvec that CI compiles: the built-in defaults at the presets' K
 # and the H200 table's choices; other configs compile at run time on first use.
 QMV_CONFIGS = ((4, 8), (1, 4), (4, 4), (4, 16), (2, 4), (1, 2))
@@ -35,15 +26,12 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "qmatvec.cu": tuple(f"qmv<{f},{w},{r},1>" for f in (3, 4, 7, 9) for w, r in QMV_CONFIGS[:4])
     + tuple(f"qmv<{f},{w},2,1>" for f in (0, 1, 2, 5, 6, 8) for w in (1, 4))
     + tuple(f"qmv<{f},4,1,{nt}>" for f in (3, 7, 9) for nt in QMV_NT[1:])
-    + tuple(f"qmv<{f},4,{verify_rows(8, nt)},{nt}>" for f in (7, 9) for nt in QMV_NT[1:])
     + ("qmv3<7,7,7,4,8,1>", "qmv3<7,7,9,4,8,1>", "qmv3<3,3,3,4,8,1>", "qmv3<4,4,4,4,8,1>", "qmv3<7,7,7,1,4,1>")
     + tuple(f"dequant_rows<{f}>" for f in range(10)),
     # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;
     # when the table picks other q8 configs, add them here so CI compiles what is dispatched.
     "qmatvec_q8.cu": tuple(f"qmv8<{f},{w},{r},1>" for f in (3, 4, 5, 6, 7, 8, 9) for w, r in QMV_CONFIGS[:2])
     + tuple(f"qmv8<{f},4,1,{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt in QMV_NT[1:])  # + extern "C" quantize_x, glu_q8
-    + tuple(f"qmv8<{f},4,{verify_rows(8, nt)},{nt}>" for f in (7, 9) for nt in QMV_NT[1:])
-    + tuple(f"qmv8_3<7,7,9,4,{verify_rows(8, nt)},{nt}>" for nt in QMV_NT[1:])
     + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
        "qmv8_3<7,7,9,4,1,4>"),
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES

@@ -98,6 +98,9 @@ def divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
+WARM_STEPS = 24
+
+
 def measure(eng, dec, ids, n, reps, other=None, stop=()):
     """Interleaved plain / spec (/ other) reps after one untimed warm-up of each (compile, capture);
     both end after a token in `stop` (the model's end of turn) or at n tokens.
@@ -107,7 +110,12 @@ def measure(eng, dec, ids, n, reps, other=None, stop=()):
 
     plain, spec, oth, bad = [], [], [], None
     for r in range(reps + 1):
+        # Untimed decode steps first, so both timed runs start on a busy GPU. At ddfc1fd a 27-token plain
+        # run right after the llama.cpp arm's process ran at ~585 tok/s against ~770 over 128 tokens;
+        # the likely cause is the clocks dropping during that process's seconds of host work.
+        plain_decode(eng.model, ids, WARM_STEPS, SamplingParams())
         toks, s = plain_decode(eng.model, ids, n, SamplingParams(), stop)
+        plain_decode(eng.model, ids, WARM_STEPS, SamplingParams())
         got = list(dec.generate(ids, n, stop_ids=stop))
         if r > 0:
             plain.append(len(toks) / s)

@@ -64,7 +64,8 @@ def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: d
 def fuse_combine(tuning, override: dict | None = None) -> bool:
     """Pass 2 inside attn_split (its last live split per kv head and token combines) instead of an
     attn_combine launch: the same bits, one launch per layer fewer. Off unless the tuning table (or a
-    workbench override) says {"fuse_combine": 1}: not yet measured on a GPU."""
+    workbench override) says {"fuse_combine": 1}. tune_attention on the H200 (ddfc1fd, the 8B's 32/8 heads)
+    never picked it at contexts 512..32768, so the committed table leaves it off."""
     return _config(tuning, override).get("fuse_combine") == 1
 
 

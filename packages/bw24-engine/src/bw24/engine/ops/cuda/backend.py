@@ -37,7 +37,8 @@ KV_DTYPES = {"f32": np.float32, "f16": np.float16}
 
 def kv_dtype_from_env() -> Any:
     """BW24_KV_DTYPE=f16: a half KV cache (half the attention bytes at depth, llama.cpp's default);
-    f32 (default) until the H200 measures f16's speed and the gate on it."""
+    f32 (default) until the GPU pytest has run with f16 (its speed and run-gen gate were measured on the
+    H200 at ddfc1fd: README "Speed today")."""
     name = os.environ.get("BW24_KV_DTYPE", "f32")
     if name not in KV_DTYPES:
         raise ValueError(f"BW24_KV_DTYPE={name!r}: expected one of {sorted(KV_DTYPES)}")

@@ -3,7 +3,7 @@
 # (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
-# Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | perf CELLS | spec | pack
+# Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
@@ -56,6 +56,13 @@ log=lambda s: None))" "$m")
     grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
   idle)  # wait until no bench / spec_bench process of an earlier (killed) chain still runs
     while pgrep -f "[c]li bench|[s]pec_bench.py" > /dev/null; do sleep 2; done; echo idle ;;
+  ncu)  # Nsight Compute over the q8 matvecs of one decode (T1) and one 5-token verify (T5) forward
+    for r in T1 T5; do
+      (hdr; timeout 250 ncu --clock-control none --nvtx --nvtx-include "$r/" -k regex:qmv8 -c 6 \
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats python3 $B/gpu_verify_ncu.py "$1"; echo "ncu rc=$?") > $R/ncu_$r.txt 2>&1
+      grep -E "qmv8|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|rc=|ERR" $R/ncu_$r.txt | head -40
+    done ;;
   wb)  # one workbench notebook as a plain script (no jupytext / nbclient needed on the host)
     mkdir -p $R/nb; (hdr; cd workbench && timeout 400 python3 "$1.py"; echo "wb rc=$?") > $R/nb/$1.log 2>&1
     tail -8 $R/nb/$1.log; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;

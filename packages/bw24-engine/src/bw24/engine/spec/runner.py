@@ -198,12 +198,14 @@ def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams,
     if counts is None:
         # One captured step per params, kept on the model: a fresh capture per call put an eager step
         # and the capture inside the timed loop (~10 ms on the H200: half of a 27-token answer's time).
-        # GraphsByT re-captures when the backend's scratch moved.
+        # GraphsByT re-captures when the backend's scratch moved; keyed by the ops object too, since a
+        # wrapper installed later (a trimmed head) changes what the step launches.
         graphs = model.__dict__.setdefault("_plain_steps", {})
-        if params not in graphs:
+        key = (params, id(ops))
+        if key not in graphs:  # the entry holds ops, so its id is not reused while the entry lives
             io = DeviceIO(ops)
-            graphs[params] = GraphsByT(io.ops, lambda T, step=step: step, io.signature)
-        g = graphs[params]
+            graphs[key] = (ops, GraphsByT(io.ops, lambda T, step=step: step, io.signature))
+        g = graphs[key][1]
         run = lambda: g(1)  # noqa: E731
     else:  # the penalty counts are this call's buffer
         run = ops.capture(step)

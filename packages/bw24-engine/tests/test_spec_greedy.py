@@ -195,3 +195,23 @@ def test_plain_decode_ends_after_a_stop_token(models, reference):
     assert out == cut and len(cut) < N
     dec = SpecDecoder(m, NgramDrafter(), k=4)
     assert list(dec.generate(models["ids"], N, stop_ids=[stop])) == cut
+
+
+def test_plain_decode_keeps_one_step_per_params_and_ops(models, reference):
+    """Repeated plain_decode calls replay one kept step (no capture inside the timed loop) and give the
+    same tokens; another ops object (a wrapper) gets its own step."""
+    from bw24.engine import SamplingParams
+    from bw24.engine.spec import plain_decode
+    from bw24.engine.spec.exact_ops import RowExactOps
+
+    m = models["target"].model
+    m.__dict__.pop("_plain_steps", None)
+    a, _ = plain_decode(m, models["ids"], N, SamplingParams())
+    b, _ = plain_decode(m, models["ids"], N, SamplingParams())
+    assert a == b == reference and len(m._plain_steps) == 1
+    saved, m.ops = m.ops, RowExactOps(m.ops)
+    try:
+        c, _ = plain_decode(m, models["ids"], N, SamplingParams())
+    finally:
+        m.ops = saved
+    assert c == reference and len(m._plain_steps) == 2

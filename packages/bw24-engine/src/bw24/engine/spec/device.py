@@ -70,7 +70,7 @@ class DeviceIO:
 
             order_after(self.ops, other.ops)
 
-    def signature(self) -> tuple | None:
+    def signature(self) -> int | None:
         if self.cuda:
             from ..ops.cuda.spec import scratch_signature
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -201,7 +201,9 @@ def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams,
         # GraphsByT re-captures when the backend's scratch moved; keyed by the ops object too, since a
         # wrapper installed later (a trimmed head) changes what the step launches.
         graphs = model.__dict__.setdefault("_plain_steps", {})
-        key = (params, id(ops))
+        # greedy ignores the seed that resolved() drew for this call (a per-call key never hit: at
+        # ddfc1fd every call captured again); a sampled step bakes its seed into the graph
+        key = (replace(params, seed=0) if params.greedy else params, id(ops))
         if key not in graphs:  # the entry holds ops, so its id is not reused while the entry lives
             io = DeviceIO(ops)
             graphs[key] = (ops, GraphsByT(io.ops, lambda T, step=step: step, io.signature))

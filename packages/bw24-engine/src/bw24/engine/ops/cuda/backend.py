@@ -86,6 +86,7 @@ class CudaOps(Ops):
         self.variant = variant  # "" = production kernels; tests may select a planted-bug variant
         self._cache: dict[tuple[str, int], Any] = {}
         self._scratch: dict[str, Any] = {}
+        self._scratch_gen = 0  # bumped by every (re)allocation in _buf: captured graphs compare it
         # (ptr, T, K) of the activation whose int8 quantization is in the q8 scratch (ops/cuda/q8.py):
         # set by a fused producer (rmsnorm_reg with xq, glu_q8) after its launch, cleared by any launch,
         # allocation or host copy, so only the very next op (a q8 matvec of those rows) may use it.
@@ -115,6 +116,7 @@ class CudaOps(Ops):
         if a is None or a.size < n:
             with self.stream:
                 a = self._scratch[key] = (self.cp.zeros if zeroed else self.cp.empty)(max(n, 1), dtype=dtype)
+            self._scratch_gen += 1
         return a[:n]
 
     # ---- memory ---------------------------------------------------------------------------------

@@ -110,9 +110,10 @@ def measure(eng, dec, ids, n, reps, other=None, stop=()):
 
     plain, spec, oth, bad = [], [], [], None
     for r in range(reps + 1):
-        # Untimed decode steps first, so both timed runs start on a busy GPU. At ddfc1fd a 27-token plain
-        # run right after the llama.cpp arm's process ran at ~585 tok/s against ~770 over 128 tokens;
-        # the likely cause is the clocks dropping during that process's seconds of host work.
+        # Untimed decode steps first, so both timed runs start on a busy GPU (the llama.cpp arm runs a
+        # process in between). At ddfc1fd a 27-token plain run ran at ~585 tok/s against ~770 over 128
+        # tokens: plain_decode captured its graph again inside every timed run (fixed since), and the
+        # GPU may also have clocked down during the other process.
         plain_decode(eng.model, ids, WARM_STEPS, SamplingParams())
         toks, s = plain_decode(eng.model, ids, n, SamplingParams(), stop)
         plain_decode(eng.model, ids, WARM_STEPS, SamplingParams())

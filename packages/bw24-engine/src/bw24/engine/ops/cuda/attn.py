@@ -46,7 +46,7 @@ def _config(tuning, override: dict | None) -> dict:
 
 def decode_config(cu) -> dict:
     """The attention.decode config in force on a CudaOps: its workbench override, else the table's."""
-    return dict(_config(getattr(cu.qmv_configs, "tuning", None), getattr(cu, "attn_override", None)))
+    return dict(_config(getattr(getattr(cu, "qmv_configs", None), "tuning", None), getattr(cu, "attn_override", None)))
 
 
 def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None) -> tuple[int, int]:

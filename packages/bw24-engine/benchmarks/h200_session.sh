@@ -4,7 +4,7 @@
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
 # Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
-#         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16)
+#         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16); mma STAGE ARGS (BW24_VERIFY_MMA=1)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
 set -uo pipefail
@@ -81,6 +81,8 @@ log=lambda s: None))" "$m")
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
   f16)  # the next stage with a float16 KV cache (BW24_KV_DTYPE=f16); its logs go under /tmp/r/f16
     export BW24_KV_DTYPE=f16 BW24_R=/tmp/r/f16; exec bash "$0" "$SHA" "$@" ;;
+  mma)  # the next stage with the tensor-core verify matvec (BW24_VERIFY_MMA=1); logs under /tmp/r/mma
+    export BW24_VERIFY_MMA=1 BW24_R=/tmp/r/mma; exec bash "$0" "$SHA" "$@" ;;
   bg)
     # the chain runs from a snapshot of the tree (/tmp/w_NAME): each `device run` call re-copies the
     # working tree, and a kernel compiled from it mid-copy once failed with "cannot open common.cuh"

@@ -192,3 +192,17 @@ def test_moe_models_decode_on_fp32_activations():
     assert ops.qmv_configs.plan(Q.Q6_K, 151936, 1024)[0] == "f32"
     CudaOps.use_int8_activations(ops, True)
     assert ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"
+
+
+def test_tensor_core_verify_is_opt_in_and_only_for_2_to_8_tokens():
+    """qmatvec_mma.cu runs only when the backend turns it on (BW24_VERIFY_MMA=1) and only for a verify
+    of 2..8 tokens: decode (T = 1) always keeps the dp4a kernel whose bits it replays."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.q8 import MMA_T, use_mma
+
+    assert CudaOps.verify_mma is False  # off by default (no BW24_VERIFY_MMA in the test environment)
+    on, off = SimpleNamespace(verify_mma=True), SimpleNamespace(verify_mma=False)
+    assert [T for T in range(1, 17) if use_mma(on, T)] == list(range(2, MMA_T + 1)) == list(range(2, 9))
+    assert not any(use_mma(off, T) for T in range(1, 17))

@@ -34,11 +34,31 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
     return v;
 }
 
+// The scale / high-bit words of one group of one row of a quantized format (r.s0..s3; the main
+// plane's bytes are load_group's): shared by load_group and the tensor-core verify (qmatvec_mma.cu).
+template <int FMT>
+__device__ __forceinline__ void load_scales(const Planes& p, i64 row, int g, int K, GRaw<FMT>& r) {
+    const i64 gi = row * (K >> 5) + g;
+    r.s0 = r.s1 = r.s2 = r.s3 = 0;
+    if constexpr (FMT == FMT_Q8_0) {
+        r.s0 = __ldg((const u16*)p.c + gi);
+    } else if constexpr (FMT != FMT_F32 && FMT != FMT_F16 && FMT != FMT_BF16) {
+        if constexpr (FMT == FMT_Q4_1) r.s0 = __ldg((const u32*)p.c + gi);
+        else r.s0 = __ldg((const u16*)p.c + gi);
+        if constexpr (FMT == FMT_Q5_0 || FMT == FMT_Q5_K) r.s1 = __ldg((const u32*)p.b + gi);
+        if constexpr (FMT == FMT_Q6_K) {
+            const uint2 h = __ldg((const uint2*)p.b + gi);
+            r.s1 = h.x;
+            r.s2 = h.y;
+            r.s3 = __ldg((const u16*)p.d + (row * (K >> 8) + (g >> 3)));
+        }
+        if constexpr (FMT == FMT_Q4_K || FMT == FMT_Q5_K) r.s2 = __ldg((const u32*)p.d + (row * (K >> 8) + (g >> 3)));
+    }
+}
+
 template <int FMT>
 __device__ __forceinline__ void load_group(const Planes& p, i64 row, int g, int K, GRaw<FMT>& r) {
-    const int G = K >> 5;
-    const i64 gi = row * G + g;
-    r.s0 = r.s1 = r.s2 = r.s3 = 0;
+    load_scales<FMT>(p, row, g, K, r);
     if constexpr (FMT == FMT_F32) {
         const float* s = (const float*)p.a + row * K + 32 * g;
 #pragma unroll
@@ -51,19 +71,8 @@ __device__ __forceinline__ void load_group(const Planes& p, i64 row, int g, int 
         const i8* s = (const i8*)p.a + row * K + 32 * g;
         r.v[0] = ld_stream(s);
         r.v[1] = ld_stream(s + 16);
-        r.s0 = __ldg((const u16*)p.c + gi);
     } else {
         r.v[0] = ld_stream((const u8*)p.a + row * (K >> 1) + 16 * g);
-        if constexpr (FMT == FMT_Q4_1) r.s0 = __ldg((const u32*)p.c + gi);
-        else r.s0 = __ldg((const u16*)p.c + gi);
-        if constexpr (FMT == FMT_Q5_0 || FMT == FMT_Q5_K) r.s1 = __ldg((const u32*)p.b + gi);
-        if constexpr (FMT == FMT_Q6_K) {
-            const uint2 h = __ldg((const uint2*)p.b + gi);
-            r.s1 = h.x;
-            r.s2 = h.y;
-            r.s3 = __ldg((const u16*)p.d + (row * (K >> 8) + (g >> 3)));
-        }
-        if constexpr (FMT == FMT_Q4_K || FMT == FMT_Q5_K) r.s2 = __ldg((const u32*)p.d + (row * (K >> 8) + (g >> 3)));
     }
 }
 

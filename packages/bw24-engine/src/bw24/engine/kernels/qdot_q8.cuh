@@ -63,22 +63,15 @@ __device__ __forceinline__ void nib_idot(const GRaw<FMT>& r, const XQ& x, int& a
 template <int FMT>
 constexpr bool q8_ok() { return FMT >= FMT_Q8_0 && FMT <= FMT_Q6_K; }
 
+// The group's value from its exact integer dots a (columns < 16) and b (>= 16) and the scales: r's
+// s0..s3 and x's d, s0, s1 (r.v and x.v are not read). Shared with the tensor-core verify
+// (qmatvec_mma.cu), whose integer dots come from mma instead of dp4a: the same source, the same bits.
 template <int FMT>
-__device__ __forceinline__ float group_dot_q8(const GRaw<FMT>& r, const XQ& x) {
+__device__ __forceinline__ float group_float_q8(const GRaw<FMT>& r, const XQ& x, int a, int b) {
     static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");
-    int a = 0, b = 0;
     if constexpr (FMT == FMT_Q8_0) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            int& acc = i == 0 ? a : b;
-            acc = __dp4a((int)r.v[i].x, x.v[4 * i], acc);
-            acc = __dp4a((int)r.v[i].y, x.v[4 * i + 1], acc);
-            acc = __dp4a((int)r.v[i].z, x.v[4 * i + 2], acc);
-            acc = __dp4a((int)r.v[i].w, x.v[4 * i + 3], acc);
-        }
         return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b);
     } else {
-        nib_idot<FMT>(r, x, a, b);
         const int S = x.s0 + x.s1;
         if constexpr (FMT == FMT_Q4_0) {
             return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b - 8 * S);
@@ -96,4 +89,23 @@ __device__ __forceinline__ float group_dot_q8(const GRaw<FMT>& r, const XQ& x) {
             return (h2f(r.s3 & 0xFFFF) * x.d) * (float)I;
         }
     }
+}
+
+template <int FMT>
+__device__ __forceinline__ float group_dot_q8(const GRaw<FMT>& r, const XQ& x) {
+    static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");
+    int a = 0, b = 0;
+    if constexpr (FMT == FMT_Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            int& acc = i == 0 ? a : b;
+            acc = __dp4a((int)r.v[i].x, x.v[4 * i], acc);
+            acc = __dp4a((int)r.v[i].y, x.v[4 * i + 1], acc);
+            acc = __dp4a((int)r.v[i].z, x.v[4 * i + 2], acc);
+            acc = __dp4a((int)r.v[i].w, x.v[4 * i + 3], acc);
+        }
+    } else {
+        nib_idot<FMT>(r, x, a, b);
+    }
+    return group_float_q8<FMT>(r, x, a, b);
 }

@@ -74,6 +74,9 @@ class CudaOps(Ops):
     # bitwise" cases (f32 and q8 matvecs, attention rows, norms, rope) are green there. run-spec's
     # self-consistency gate still catches any divergence. BW24_BATCH_ROWS_EXACT=0 turns it off for a run.
     batch_rows_exact = os.environ.get("BW24_BATCH_ROWS_EXACT", "1") != "0"
+    # A q8 verify of 2..8 tokens on tensor cores (kernels/qmatvec_mma.cu): the dp4a kernel's bits by
+    # construction, kernel-checked, but off until a GPU session has measured and gated it.
+    verify_mma = os.environ.get("BW24_VERIFY_MMA", "0") == "1"
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp

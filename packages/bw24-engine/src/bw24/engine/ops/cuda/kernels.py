@@ -34,6 +34,9 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     + tuple(f"qmv8<{f},4,1,{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt in QMV_NT[1:])  # + extern "C" quantize_x, glu_q8
     + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
        "qmv8_3<7,7,9,4,1,4>"),
+    # tensor-core verify (BW24_VERIFY_MMA=1; ops/cuda/q8.py use_mma): W = the decode config's warps
+    "qmatvec_mma.cu": tuple(f"qmv8m<{f},{w}>" for f in (3, 4, 5, 6, 7, 8, 9) for w in (1, 4))
+    + ("qmv8m_3<7,7,7,4>", "qmv8m_3<7,7,9,4>", "qmv8m_3<7,7,7,1>"),
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES
                           for kt in ("", ",__half"))  # fp32 and fp16 KV caches
     + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices

@@ -62,6 +62,15 @@ def matmul_q8_ref(wdense: np.ndarray, x: np.ndarray, bias=None, residual=None, s
     return y.astype(np.float32)
 
 
+MMA_T, MMA_ROWS, MMA_WARPS = 8, 16, 4  # kernels/qmatvec_mma.cu: tokens, rows and warps per block
+
+
+def use_mma(ops, T: int) -> bool:
+    """The tensor-core verify kernel (qmatvec_mma.cu, the dp4a kernel's bits) for 2..8 tokens, when the
+    backend turns it on (CudaOps.verify_mma, BW24_VERIFY_MMA=1): off until measured on a GPU."""
+    return 2 <= T <= MMA_T and bool(getattr(ops, "verify_mma", False))
+
+
 def buffers(ops, T: int, K: int):
     """The q8 scratch for x [T, K]: (xq, xs) device views ([T*K] int8, [T*G*2] int32)."""
     G = K // 32
@@ -106,10 +115,12 @@ def glu_q8(ops, gate, up, act: int, out) -> None:
 def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> None:
     T, K = x.shape
     xq, xs = quantize(ops, x)
-    fn = ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>")
-    ops._launch(fn, (math.ceil(w.n / R),), 32 * W,
-                (*w.args(), xq, xs, np.int32(K), np.int32(w.n), np.int32(T), NULL if bias is None else bias,
-                 NULL if residual is None else residual, out, np.float32(softcap or 0.0)))
+    args = (*w.args(), xq, xs, np.int32(K), np.int32(w.n), np.int32(T), NULL if bias is None else bias,
+            NULL if residual is None else residual, out, np.float32(softcap or 0.0))
+    if use_mma(ops, T):  # W: the decode config's warps, whose float order the kernel replays
+        ops._launch(ops._k("qmatvec_mma.cu", f"qmv8m<{w.fmt},{W}>"), (math.ceil(w.n / MMA_ROWS),), 32 * MMA_WARPS, args)
+        return
+    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>"), (math.ceil(w.n / R),), 32 * W, args)
 
 
 
@@ -118,8 +129,13 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
     T, K = x.shape
     xq, xs = quantize(ops, x)  # once for all the weights of this input
     fmts = ",".join(str(w.fmt) for w, _, _ in parts)
-    fn = ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>")
+    mma = use_mma(ops, T)
+    if mma:  # blocks of MMA_ROWS rows instead of R
+        nb = [math.ceil(w.n / MMA_ROWS) if nb[i] else 0 for i, (w, _, _) in enumerate(parts)]
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
-    ops._launch(fn, (sum(nb),), 32 * W, tuple(args))
+    if mma:
+        ops._launch(ops._k("qmatvec_mma.cu", f"qmv8m_3<{fmts},{W}>"), (sum(nb),), 32 * MMA_WARPS, tuple(args))
+        return
+    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))

@@ -58,7 +58,6 @@ __device__ __forceinline__ void load_scales(const Planes& p, i64 row, int g, int
 
 template <int FMT>
 __device__ __forceinline__ void load_group(const Planes& p, i64 row, int g, int K, GRaw<FMT>& r) {
-    load_scales<FMT>(p, row, g, K, r);
     if constexpr (FMT == FMT_F32) {
         const float* s = (const float*)p.a + row * K + 32 * g;
 #pragma unroll
@@ -74,6 +73,7 @@ __device__ __forceinline__ void load_group(const Planes& p, i64 row, int g, int 
     } else {
         r.v[0] = ld_stream((const u8*)p.a + row * (K >> 1) + 16 * g);
     }
+    load_scales<FMT>(p, row, g, K, r);  // after the main plane, as before the split (same code)
 }
 
 __host__ __device__ constexpr float p2(int e) {

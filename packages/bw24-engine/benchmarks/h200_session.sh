@@ -5,6 +5,7 @@
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
 # Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16); mma STAGE ARGS (BW24_VERIFY_MMA=1)
+#         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
 set -uo pipefail
@@ -94,6 +95,10 @@ log=lambda s: None))" "$m")
     for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $B/h200_session.sh $SHA $st; "; done
     setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
     echo "bg $name started from $W: $*" ;;
+  wait)  # hold the machine (a call in flight) until chain NAME is done or SECS pass; then show, pack
+    end=$((SECONDS + ${2:-280}))
+    while [ $SECONDS -lt $end ] && ! grep -q "== [0-9:]* done$" $R/bg_$1.out 2>/dev/null; do sleep 5; done
+    tail -n "${3:-12}" $R/bg_$1.out | cut -c1-180; tar czf $OUT/r.tgz -C /tmp/r . ;;
   show) for f in $R/bg_*.out; do echo "== $f"; tail -n "${1:-8}" "$f" | cut -c1-180; done ;;
   pack) tar czf $OUT/r.tgz -C /tmp/r . && ls -la $OUT ;;
   *) echo "unknown stage $STAGE" >&2; exit 2 ;;

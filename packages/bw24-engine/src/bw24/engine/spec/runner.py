@@ -195,21 +195,20 @@ def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams,
         model.forward(1, last_only=True)
         ops.sample(row, params, kv.pos, out=token, counts=counts)
 
-    if counts is None:
-        # One captured step per params, kept on the model: a fresh capture per call put an eager step
-        # and the capture inside the timed loop (~10 ms on the H200: half of a 27-token answer's time).
+    if params.greedy and counts is None:
+        # Greedy: one captured step kept on the model. A fresh capture per call put an eager step and
+        # the capture inside the timed loop (~25% of a 27-token run on the H200 at ddfc1fd, where the
+        # key still held the seed that resolved() draws per call, so it never hit; greedy ignores it).
         # GraphsByT re-captures when the backend's scratch moved; keyed by the ops object too, since a
         # wrapper installed later (a trimmed head) changes what the step launches.
         graphs = model.__dict__.setdefault("_plain_steps", {})
-        # greedy ignores the seed that resolved() drew for this call (a per-call key never hit: at
-        # ddfc1fd every call captured again); a sampled step bakes its seed into the graph
-        key = (replace(params, seed=0) if params.greedy else params, id(ops))
+        key = (replace(params, seed=0), id(ops))
         if key not in graphs:  # the entry holds ops, so its id is not reused while the entry lives
             io = DeviceIO(ops)
             graphs[key] = (ops, GraphsByT(io.ops, lambda T, step=step: step, io.signature))
         g = graphs[key][1]
         run = lambda: g(1)  # noqa: E731
-    else:  # the penalty counts are this call's buffer
+    else:  # sampled (its seed is baked into the graph: one per call) or penalties (this call's counts)
         run = ops.capture(step)
     out = [int(ops.to_host(token)[0])]
     stop = set(stop_ids)

@@ -27,6 +27,15 @@ def test_planted_off_by_one_is_reported_as_fail():
     assert GREEN not in lines
 
 
+def test_tensor_core_verify_cases_green_and_planted_bug_red():
+    """qmatvec_mma.cu (BW24_VERIFY_MMA): its kernel_check cases pass, and its planted off-by-one (a
+    dropped last group) turns the cases against the reference red."""
+    lines: list[str] = []
+    assert main(seed=13, only="q8 mma", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
+    bad: list[str] = []
+    assert main(seed=13, variant="planted_bug", only="q8 mma matmul", out=bad.append) == 1, "\n".join(bad)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from bw24.gguf.synth import synth

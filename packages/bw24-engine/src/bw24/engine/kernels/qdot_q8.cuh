@@ -40,21 +40,30 @@ __device__ __forceinline__ void load_xq(const i8* __restrict__ xq, const int2* _
     x.s1 = m.y >> 16;
 }
 
+// Word k of a 4/5/6-bit group as byte codes: lo = q[4k..4k+3], hi = q[4k+16..4k+19], the Q5 / Q6 high
+// bits (r.s1, r.s2) merged in. Shared with the tensor-core verify (qmatvec_mma.cu: its A fragments).
+template <int FMT>
+__device__ __forceinline__ void nib_codes(u32 w, const GRaw<FMT>& r, int k, u32& lo, u32& hi) {
+    lo = w & 0x0F0F0F0Fu;
+    hi = (w >> 4) & 0x0F0F0F0Fu;
+    if constexpr (FMT == FMT_Q5_0 || FMT == FMT_Q5_K) {
+        lo |= spread1(r.s1 >> (4 * k));
+        hi |= spread1(r.s1 >> (16 + 4 * k));
+    }
+    if constexpr (FMT == FMT_Q6_K) {
+        lo |= spread2((r.s1 >> (8 * k)) & 0xFFu);
+        hi |= spread2((r.s2 >> (8 * k)) & 0xFFu);
+    }
+}
+
 // I0 (columns < 16) and I1 (>= 16) for the 4/5/6-bit codes.
 template <int FMT>
 __device__ __forceinline__ void nib_idot(const GRaw<FMT>& r, const XQ& x, int& a, int& b) {
     const u32 w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        u32 lo = w[k] & 0x0F0F0F0Fu, hi = (w[k] >> 4) & 0x0F0F0F0Fu;
-        if constexpr (FMT == FMT_Q5_0 || FMT == FMT_Q5_K) {
-            lo |= spread1(r.s1 >> (4 * k));
-            hi |= spread1(r.s1 >> (16 + 4 * k));
-        }
-        if constexpr (FMT == FMT_Q6_K) {
-            lo |= spread2((r.s1 >> (8 * k)) & 0xFFu);
-            hi |= spread2((r.s2 >> (8 * k)) & 0xFFu);
-        }
+        u32 lo, hi;
+        nib_codes<FMT>(w[k], r, k, lo, hi);
         a = __dp4a((int)lo, x.v[k], a);
         b = __dp4a((int)hi, x.v[4 + k], b);
     }

@@ -42,8 +42,8 @@ __device__ __forceinline__ void mma_s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0
         : "r"(a0), "r"(a1), "r"(b0));
 }
 
-// A lane's A bytes of one row and group: lo = codes 4c..4c+3, hi = codes 16+4c..16+4c+3 (high bits of
-// Q5 / Q6 merged as nib_idot merges them), and the row's scale words (load_scales).
+// A lane's A bytes of one row and group: lo = codes 4c..4c+3, hi = codes 16+4c..16+4c+3 (nib_codes, as
+// the dp4a kernel unpacks them), and the row's scale words (load_scales).
 template <int FMT>
 __device__ __forceinline__ void load_words(const Planes& p, i64 row, int g, int K, int c, u32& lo, u32& hi,
                                            GRaw<FMT>& r) {
@@ -53,17 +53,7 @@ __device__ __forceinline__ void load_words(const Planes& p, i64 row, int g, int 
         lo = __ldg(s + c);
         hi = __ldg(s + 4 + c);
     } else {
-        const u32 w = __ldg(reinterpret_cast<const u32*>((const u8*)p.a + row * (K >> 1) + 16 * g) + c);
-        lo = w & 0x0F0F0F0Fu;
-        hi = (w >> 4) & 0x0F0F0F0Fu;
-        if constexpr (FMT == FMT_Q5_0 || FMT == FMT_Q5_K) {
-            lo |= spread1(r.s1 >> (4 * c));
-            hi |= spread1(r.s1 >> (16 + 4 * c));
-        }
-        if constexpr (FMT == FMT_Q6_K) {
-            lo |= spread2((r.s1 >> (8 * c)) & 0xFFu);
-            hi |= spread2((r.s2 >> (8 * c)) & 0xFFu);
-        }
+        nib_codes<FMT>(__ldg(reinterpret_cast<const u32*>((const u8*)p.a + row * (K >> 1) + 16 * g) + c), r, c, lo, hi);
     }
 }
 

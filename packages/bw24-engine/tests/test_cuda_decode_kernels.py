@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 from bw24.engine.kernel_cases_attn import cases as attn_cases
-from bw24.engine.ops.cuda.attn import ATTN_CHUNK, attn_geometry, default_max_splits, plan_chunk
+from bw24.engine.ops.cuda.attn import ATTN_CHUNK, attn_geometry, default_max_splits, fuse_combine, plan_chunk
 from bw24.engine.ops.cuda.kernels import COMPILE_SET, kv_arg, kv_elem
 from bw24.engine.ops.cuda.norm import ROPE_SLOTS, rmsnorm_config, rope_block
 from bw24.engine.ops.ref import RefOps
@@ -108,6 +108,12 @@ def test_geometry_from_tuning_table_and_bad_entries():
 
     assert attn_geometry(Tab({"chunk": 64, "max_splits": 10}), 4096, 8, n_sm=132) == (64, 10)
     assert attn_geometry(Tab({"chunk": 48}), 4096, 8, n_sm=132)[0] == ATTN_CHUNK  # not compiled: default
+    # an override layers its keys over the table: naming only fuse_combine keeps the table's geometry
+    # (at a7b0f07 it fell back to the default one, and kernel_check's fused==separate case differed)
+    tab, only = Tab({"chunk": 64, "max_splits": 10}), {"fuse_combine": 1}
+    assert attn_geometry(tab, 4096, 8, n_sm=132, override=only) == (64, 10) and fuse_combine(tab, only)
+    assert attn_geometry(tab, 4096, 8, n_sm=132, override={"chunk": 32}) == (32, 10)
+    assert not fuse_combine(tab) and not fuse_combine(None)
 
 
 @pytest.mark.parametrize("K", [1, 3, 64, 128, 896, 1000, 1024, 4096, 5120, 8191, 8192, 16384, 32768, 32769, 70000])

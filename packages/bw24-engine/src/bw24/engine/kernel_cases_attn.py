@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare
-from .ops.cuda.attn import ATTN_CHUNK, decode_config, default_max_splits
+from .ops.cuda.attn import ATTN_CHUNK, default_max_splits
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
 
@@ -94,13 +94,10 @@ def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) ->
         qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
         sep, fz = cu.zeros(q.shape), [cu.zeros(q.shape) for _ in range(2)]
         old = getattr(cu, "attn_override", None)
-        # both arms on the geometry in force (the table's chunk / splits): an override that only named
-        # fuse_combine would fall back to the default geometry, other partials, other last bits
-        base = {k: v for k, v in decode_config(cu).items() if k != "fuse_combine"}
-        try:
-            cu.attn_override = {**base, "fuse_combine": 0}
+        try:  # both arms on the geometry in force: the override layers fuse_combine over the table
+            cu.attn_override = {**(old or {}), "fuse_combine": 0}
             cu.attention(qd, kd, vd, _pos(cu, p0), out=sep, **kw)
-            cu.attn_override = {**base, "fuse_combine": 1}
+            cu.attn_override = {**(old or {}), "fuse_combine": 1}
             for o in fz:
                 cu.attention(qd, kd, vd, _pos(cu, p0), out=o, **kw)
         finally:

@@ -41,12 +41,11 @@ ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # wo
 
 
 def _config(tuning, override: dict | None) -> dict:
-    return override or (tuning.config("attention", "decode") if tuning is not None else None) or {}
-
-
-def decode_config(cu) -> dict:
-    """The attention.decode config in force on a CudaOps: its workbench override, else the table's."""
-    return dict(_config(getattr(getattr(cu, "qmv_configs", None), "tuning", None), getattr(cu, "attn_override", None)))
+    """The attention.decode config in force: the table's entry with a workbench override's keys on top.
+    An override that names only some keys (kernel_check's {"fuse_combine": 1}) keeps the table's others,
+    so it changes what it names and nothing else (the geometry, hence the partials' bits)."""
+    table = (tuning.config("attention", "decode") if tuning is not None else None) or {}
+    return {**table, **(override or {})}
 
 
 def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None) -> tuple[int, int]:
@@ -102,5 +101,4 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out))
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "decode_config", "fuse_combine",
-           "plan_chunk"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "fuse_combine", "plan_chunk"]

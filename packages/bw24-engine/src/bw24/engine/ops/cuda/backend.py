@@ -310,8 +310,8 @@ class CudaOps(Ops):
         if section == "attention" and kind == "decode":
             from .attn import ATTN_SPACE
 
-            if cfg is not None and any(cfg.get(k, v[0]) not in v for k, v in ATTN_SPACE.items()):  # absent: default
-                raise ValueError(f"attention launch config {cfg!r} outside {ATTN_SPACE}")
+            if cfg is not None and any(cfg.get(k, v[0]) not in v for k, v in ATTN_SPACE.items()):
+                raise ValueError(f"attention launch config {cfg!r} outside {ATTN_SPACE}")  # absent keys: the table's
             self.attn_override = dict(cfg) if cfg else None
             return
         if section != "qmatvec":

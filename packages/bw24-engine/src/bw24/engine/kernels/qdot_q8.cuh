@@ -28,16 +28,21 @@ struct XQ {  // one group of one token's quantized activations
     int s0, s1;
 };
 
+// Token t's scale and half-group sums of group g (x.d, x.s0, x.s1; x.v untouched).
+__device__ __forceinline__ void load_xscale(const int2* __restrict__ xs, int t, int G, int g, XQ& x) {
+    const int2 m = __ldg(xs + (i64)t * G + g);
+    x.d = __int_as_float(m.x);
+    x.s0 = (int)(short)(m.y & 0xFFFF);
+    x.s1 = m.y >> 16;
+}
+
 __device__ __forceinline__ void load_xq(const i8* __restrict__ xq, const int2* __restrict__ xs, int t, int K,
                                         int g, XQ& x) {
     const int4* p = reinterpret_cast<const int4*>(xq + (i64)t * K + 32 * g);
     const int4 a = __ldg(p), b = __ldg(p + 1);
     x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w;
     x.v[4] = b.x; x.v[5] = b.y; x.v[6] = b.z; x.v[7] = b.w;
-    const int2 m = __ldg(xs + (i64)t * (K >> 5) + g);
-    x.d = __int_as_float(m.x);
-    x.s0 = (int)(short)(m.y & 0xFFFF);
-    x.s1 = m.y >> 16;
+    load_xscale(xs, t, K >> 5, g, x);
 }
 
 // Word k of a 4/5/6-bit group as byte codes: lo = q[4k..4k+3], hi = q[4k+16..4k+19], the Q5 / Q6 high

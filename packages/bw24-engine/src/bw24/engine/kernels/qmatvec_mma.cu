@@ -57,13 +57,6 @@ __device__ __forceinline__ void load_words(const Planes& p, i64 row, int g, int 
     }
 }
 
-__device__ __forceinline__ void load_xscale(const int2* __restrict__ xs, int t, int G, int g, XQ& x) {
-    const int2 m = __ldg(xs + (i64)t * G + g);
-    x.d = __int_as_float(m.x);
-    x.s0 = (int)(short)(m.y & 0xFFFF);
-    x.s1 = m.y >> 16;
-}
-
 // One step of warp_sum's xor tree as lane 0 sees it: v[l] = v[l] + v[l + O] for l < O (constant
 // indices throughout, so v stays in registers).
 template <int O>

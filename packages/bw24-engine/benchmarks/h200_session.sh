@@ -68,13 +68,14 @@ log=lambda s: None))" "$m")
     mkdir -p $R/nb; (hdr; cd workbench && timeout 400 python3 "$1.py"; echo "wb rc=$?") > $R/nb/$1.log 2>&1
     tail -8 $R/nb/$1.log; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
   perf)
+    L=$R/perf_$(echo "$1" | md5sum | cut -c1-6).log
     bash $B/gpu_llama_build.sh wait | tail -4
     # rows go to $P (seeded from the committed file): a later call re-copies the working
     # tree, which would drop rows appended to benchmarks/perf.jsonl in place
     [ -f $P ] || cp benchmarks/perf.jsonl $P
     (hdr; timeout 560 python3 -m bw24.engine.cli bench --cells "$1" --reps 5 --vs-llama /tmp/ll/b/bin/llama-bench \
-      --llama-block 5 --perf-file $P; echo "bench rc=$?") > $R/perf_$(echo "$1" | md5sum | cut -c1-6).log 2>&1
-    tail -n 25 $R/perf_$(echo "$1" | md5sum | cut -c1-6).log | grep -v "^$" | cut -c1-200 | tail -20 ;;
+      --llama-block 5 --perf-file $P; echo "bench rc=$?") > $L 2>&1
+    tail -n 25 $L | grep -v "^$" | cut -c1-200 | tail -20 ;;
   spec)
     extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
     t=$(echo "$1" | tr ',' '_')

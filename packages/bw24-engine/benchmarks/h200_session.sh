@@ -4,7 +4,8 @@
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
 # Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
-#         f16 STAGE ARGS (that stage with BW24_KV_DTYPE=f16, logs under /tmp/r/f16); mma STAGE ARGS (BW24_VERIFY_MMA=1)
+#         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
+#         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
@@ -81,10 +82,11 @@ log=lambda s: None))" "$m")
     t=$(echo "$1" | tr ',' '_')
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
-  f16)  # the next stage with a float16 KV cache (BW24_KV_DTYPE=f16); its logs go under /tmp/r/f16
-    export BW24_KV_DTYPE=f16 BW24_R=/tmp/r/f16; exec bash "$0" "$SHA" "$@" ;;
-  mma)  # the next stage with the tensor-core verify matvec (BW24_VERIFY_MMA=1); logs under /tmp/r/mma
-    export BW24_VERIFY_MMA=1 BW24_R=/tmp/r/mma; exec bash "$0" "$SHA" "$@" ;;
+  f32)  # the next stage with a float32 KV cache (BW24_KV_DTYPE=f32; f16 is the default); logs under /tmp/r/f32
+    export BW24_KV_DTYPE=f32 BW24_R=/tmp/r/f32; exec bash "$0" "$SHA" "$@" ;;
+  vsweep)
+    (hdr; timeout 500 python3 $B/gpu_verify_sweep.py $R/vsweep "$@"; echo "vsweep rc=$?") > $R/vsweep.log 2>&1
+    sed -n '/== summary ==/,$p' $R/vsweep.log; grep -E "WRONG|Error|rc=" $R/vsweep.log | head ;;
   bg)
     # the chain runs from a snapshot of the tree (/tmp/w_NAME): each `device run` call re-copies the
     # working tree, and a kernel compiled from it mid-copy once failed with "cannot open common.cuh"

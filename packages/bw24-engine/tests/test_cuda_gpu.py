@@ -27,13 +27,15 @@ def test_planted_off_by_one_is_reported_as_fail():
     assert GREEN not in lines
 
 
-def test_tensor_core_verify_cases_green_and_planted_bug_red():
-    """qmatvec_mma.cu (BW24_VERIFY_MMA): its kernel_check cases pass, and its planted off-by-one (a
-    dropped last group) turns the cases against the reference red."""
+def test_verify_matvec_cases_green_and_planted_bug_red():
+    """The q8 verify launches (NT = T, several rows per block, codes unpacked once): decode==verify
+    bitwise at every rows-per-block, green; the planted off-by-one (a dropped last group) turns the
+    T > 1 cases against the reference red."""
     lines: list[str] = []
-    assert main(seed=13, only="q8 mma", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
+    assert main(seed=13, only="q8 decode==verify", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
     bad: list[str] = []
-    assert main(seed=13, variant="planted_bug", only="q8 mma matmul", out=bad.append) == 1, "\n".join(bad)
+    assert main(seed=13, variant="planted_bug", only="q8 matmul Q4_K  N=333 K=768 T=3", out=bad.append) == 1, \
+        "\n".join(bad)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +76,9 @@ def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory):
     from bw24.engine.graph import greedy_decode
 
     path = _synth(tmp_path_factory, "qwen3moe-tiny")
-    cpu = Engine.load(str(path), backend="cpu", n_ctx=320, progress=False)
     gpu = Engine.load(str(path), backend="cuda", n_ctx=320, progress=False)
+    kv = "f16" if gpu.model.kv.k[0].dtype == np.float16 else "f32"  # the reference with the same cache element
+    cpu = Engine.load(str(path), backend="cpu", n_ctx=320, progress=False, kv_dtype=kv)
     ids = [int(i) for i in np.random.default_rng(3).integers(10, 500, 20)]
     assert np.abs(cpu.logits(ids) - gpu.logits(ids)).max() < 1e-3
     graph = greedy_decode(gpu.model, ids, 64, ahead=4)

@@ -194,15 +194,23 @@ def test_moe_models_decode_on_fp32_activations():
     assert ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"
 
 
-def test_tensor_core_verify_is_opt_in_and_only_for_2_to_8_tokens():
-    """qmatvec_mma.cu runs only when the backend turns it on (BW24_VERIFY_MMA=1) and only for a verify
-    of 2..8 tokens: decode (T = 1) always keeps the dp4a kernel whose bits it replays."""
+def test_verify_launch_plan_exact_token_count_and_rows():
+    """A T-token q8 matvec launches NT = T up to 8 (no padded token slots), then the 16 bucket; its rows
+    per block keep R * NT <= 16 accumulators; decode keeps its table R; the f32 path keeps its buckets
+    with one row per block; the sweep's override (CudaOps.verify_rows) wins for q8 only."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.q8 import MMA_T, use_mma
+    from bw24.engine.ops.cuda.q8 import q8_nt, verify_rows
 
-    assert CudaOps.verify_mma is False  # off by default (no BW24_VERIFY_MMA in the test environment)
-    on, off = SimpleNamespace(verify_mma=True), SimpleNamespace(verify_mma=False)
-    assert [T for T in range(1, 17) if use_mma(on, T)] == list(range(2, MMA_T + 1)) == list(range(2, 9))
-    assert not any(use_mma(off, T) for T in range(1, 17))
+    assert [q8_nt(T) for T in range(1, 17)] == list(range(1, 9)) + [16] * 8
+    assert [verify_rows(T) for T in range(2, 10)] == [8, 4, 4, 2, 2, 2, 2, 1]
+    assert all(verify_rows(T) * q8_nt(T) <= 16 for T in range(2, 17))
+    ops = SimpleNamespace(verify_rows=None)
+    assert CudaOps._verify_plan(ops, "q8", 1, 8) == (1, 8)
+    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 2)
+    assert CudaOps._verify_plan(ops, "q8", 12, 8) == (16, 1)
+    assert CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
+    assert CudaOps._verify_plan(ops, "f32", 1, 4) == (1, 4)
+    ops.verify_rows = 4
+    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 4) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)

@@ -68,3 +68,23 @@ def test_context_limit_and_bad_ids(tiny, helpers):
         m.feed([-1])
     with pytest.raises(EmptyPromptError):
         m.feed([])
+
+
+def test_engine_kv_dtype_setting(tmp_path):
+    """Engine.load(kv_dtype=) sets the cache element on any backend (the GPU tests give the CPU reference
+    the GPU's float16 cache): f16 rounds what the cache holds, so the logits move a little but stay
+    close; a name outside f32/f16 is a clear error naming the setting."""
+    from bw24.engine import Engine
+    from bw24.engine.errors import BadInputError
+    from bw24.gguf.synth import synth
+
+    path = str(tmp_path / "llama-tiny.gguf")
+    synth("llama-tiny", path, mix="q4_k_m", seed=3)
+    ids = [int(i) for i in np.random.default_rng(2).integers(10, 500, 12)]
+    e32 = Engine.load(path, backend="cpu", n_ctx=32, progress=False)
+    e16 = Engine.load(path, backend="cpu", n_ctx=32, progress=False, kv_dtype="f16")
+    assert e32.model.kv.k[0].dtype == np.float32 and e16.model.kv.v[-1].dtype == np.float16
+    a, b = e32.logits(ids), e16.logits(ids)
+    assert 0 < np.abs(a - b).max() < 1e-2 * np.abs(a).max()
+    with pytest.raises(BadInputError, match="kv_dtype='f64'"):
+        Engine.load(path, backend="cpu", n_ctx=32, progress=False, kv_dtype="f64")

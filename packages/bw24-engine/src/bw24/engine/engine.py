@@ -14,6 +14,7 @@ from .chat_fallback import fallback_template
 from .errors import BadInputError, EmptyPromptError, PromptTooLongError
 from .generate import GenerationEvent, GenerationStats, check_request, generate
 from .kv_cache import KVHistory
+from .kv_cache import kv_dtype as kv_cache_dtype
 from .models import model_class
 from .models.common import Transformer, count_tensors
 from .ops import get_ops
@@ -111,8 +112,9 @@ class Engine:
 
     @classmethod
     def load(cls, model: str | Path, backend: str = "auto", n_ctx: int | None = None, *,
-             max_batch: int = 128, progress: bool = True) -> Engine:
-        """Resolve (alias, path, hf:...), map the GGUF, build the tokenizer, load the weights."""
+             max_batch: int = 128, progress: bool = True, kv_dtype: str | None = None) -> Engine:
+        """Resolve (alias, path, hf:...), map the GGUF, build the tokenizer, load the weights.
+        kv_dtype: "f32" | "f16", the KV-cache element (None: the backend's own, cuda f16 / cpu f32)."""
         from bw24.gguf import GGUFFile, ModelConfig, resolve_model
         from bw24.tokenizer import Tokenizer
         from tqdm.auto import tqdm
@@ -129,6 +131,8 @@ class Engine:
             raise BadInputError(f"max_batch={max_batch} (must be > 0)")
         tok = Tokenizer.from_gguf(f)
         ops = get_ops(backend)
+        if kv_dtype is not None:
+            ops.kv_dtype = kv_cache_dtype(kv_dtype)  # before prepare_model plans the cache's bytes
         prepare = getattr(ops, "prepare_model", None)  # cuda: VRAM check before any upload, byte progress
         if prepare is not None:
             prepare(f, cfg, n_ctx=n_ctx, max_batch=max_batch, progress=progress)

@@ -39,20 +39,6 @@ class _forced:
             self.cu.set_launch_config("qmatvec", n, None)
 
 
-class _mma:
-    """Turn the tensor-core verify kernel (CudaOps.verify_mma) on while a case runs."""
-
-    def __init__(self, cu, on: bool = True):
-        self.cu, self.on = cu, on
-
-    def __enter__(self):
-        self.old = getattr(self.cu, "verify_mma", False)
-        self.cu.verify_mma = self.on
-
-    def __exit__(self, *exc):
-        self.cu.verify_mma = self.old
-
-
 def _x(rng, T, k) -> np.ndarray:
     x = (rng.standard_normal((T, k)) * rng.uniform(0.1, 10, (T, 1))).astype(np.float32)
     x[0, 32:64] = 0.0  # an all-zero group: d = 0, every q = 0
@@ -77,7 +63,7 @@ def quantize_case(T: int, k: int) -> Case:
     return run
 
 
-def matmul_case(qt, T, bias: bool, residual: bool, softcap: float = 0.0, cfg=(4, 8), mma: bool = False) -> Case:
+def matmul_case(qt, T, bias: bool, residual: bool, softcap: float = 0.0, cfg=(4, 8)) -> Case:
     def run(name, ref, cu, rng):
         n, k = 333, _k_for(qt)
         ti = _weight(qt, n, k, rng, name)
@@ -86,14 +72,14 @@ def matmul_case(qt, T, bias: bool, residual: bool, softcap: float = 0.0, cfg=(4,
         r = rng.standard_normal((T, n)).astype(np.float32) if residual else None
         want = matmul_q8_ref(ref.load_weight(ti).data, x, b, r, softcap)
         out = _dev(cu, r) if residual else cu.zeros((T, n))
-        with _forced(cu, [qt], *cfg), _mma(cu, mma):
+        with _forced(cu, [qt], *cfg):
             cu.matmul(cu.load_weight(ti), _dev(cu, x), out=out, bias=None if b is None else _dev(cu, b),
                       residual=out if residual else None, softcap=softcap)  # residual aliases out
         return compare(name, "matmul_q8", cu.to_host(out), want)
     return run
 
 
-def multi_case(qts, T, bias: bool, cfg=(4, 8), mma: bool = False) -> Case:
+def multi_case(qts, T, bias: bool, cfg=(4, 8)) -> Case:
     def run(name, ref, cu, rng):
         k = 768 if any(q in KQ for q in qts) else 544
         ns = (301, 77, 45)[: len(qts)]
@@ -102,7 +88,7 @@ def multi_case(qts, T, bias: bool, cfg=(4, 8), mma: bool = False) -> Case:
         bs = [rng.standard_normal(n).astype(np.float32) if bias else None for n in ns]
         want = [matmul_q8_ref(ref.load_weight(t).data, x, b) for t, b in zip(tis, bs, strict=True)]
         outs = [cu.zeros((T, n)) for n in ns]
-        with _forced(cu, qts[:1], *cfg), _mma(cu, mma):
+        with _forced(cu, qts[:1], *cfg):
             cu.matmul_multi([cu.load_weight(t) for t in tis], _dev(cu, x), outs=outs,
                             biases=[None if b is None else _dev(cu, b) for b in bs])
         return compare(name, "matmul_q8", np.concatenate([cu.to_host(o).ravel() for o in outs]),
@@ -110,10 +96,13 @@ def multi_case(qts, T, bias: bool, cfg=(4, 8), mma: bool = False) -> Case:
     return run
 
 
-def decode_verify_case(qt, cfg, multi: bool = False, mma: bool = False) -> Case:
-    """Row t of a T-token q8 launch is bit-identical to the T = 1 launch (verify == decode), at T = 3,
-    6, 9, 16 (every NT bucket above 1) and K long enough that each thread walks several groups; mma:
-    the tensor-core verify kernel at T = 2, 5, 8 instead."""
+VERIFY_TS = (2, 3, 5, 8, 9, 16)  # NT = T with 8, 4, 2, 2 rows per block (q8.verify_rows), the 16 bucket
+
+
+def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) -> Case:
+    """Row t of a T-token q8 launch is bit-identical to the T = 1 launch (verify == decode), at every
+    T of VERIFY_TS and K long enough that each thread walks several groups; rows: force that many rows
+    per block for every T > 1 (CudaOps.verify_rows, as a sweep does) instead of q8.verify_rows."""
     def run(name, ref, cu, rng):
         n, k = 67, 4352  # 136 groups / 17 superblocks
         ws = [cu.load_weight(_weight(qt, n + 13 * i, k, rng, f"{name}.{i}")) for i in range(2 if multi else 1)]
@@ -127,12 +116,15 @@ def decode_verify_case(qt, cfg, multi: bool = False, mma: bool = False) -> Case:
                 cu.matmul(ws[0], xx, out=outs[0])
             return np.concatenate([cu.to_host(o) for o in outs], axis=1)
 
-        ts = (2, 5, 8) if mma else (3, 6, 9, 16)
+        old = cu.verify_rows
         with _forced(cu, [qt], *cfg):
             ones = np.concatenate([mm(x[t:t + 1], 1) for t in range(16)])
-            with _mma(cu, mma):
-                many = np.concatenate([mm(x[:T], T) for T in ts])
-        want = np.concatenate([ones[:T] for T in ts])
+            cu.verify_rows = rows
+            try:
+                many = np.concatenate([mm(x[:T], T) for T in VERIFY_TS])
+            finally:
+                cu.verify_rows = old
+        want = np.concatenate([ones[:T] for T in VERIFY_TS])
         return compare(name, "exact", many, want)
     return run
 
@@ -214,8 +206,8 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     for qt in Q8_FORMATS:
-        for T, bias, res in ((1, False, False), (1, True, True), (3, False, True), (9, True, False),
-                             (16, True, True)):
+        for T, bias, res in ((1, False, False), (1, True, True), (3, False, True), (7, True, False),
+                             (9, True, False), (16, True, True)):
             yield f"q8 matmul {qt.name:<5} N=333 K={_k_for(qt)} T={T}{' +bias' if bias else ''}" \
                   f"{' +res' if res else ''}", matmul_case(qt, T, bias, res)
     yield "q8 matmul Q6_K T=1 W=1 R=4 softcap=30 (logits)", matmul_case(Q.Q6_K, 1, False, False, 30.0, (1, 4))
@@ -230,15 +222,8 @@ def cases() -> Iterator[tuple[str, Case]]:
                            (Q.Q4_0, (2, 4), False), (Q.Q4_1, (8, 2), False), (Q.Q5_0, (1, 1), False),
                            (Q.Q5_K, (4, 4), False), (Q.Q4_K, (4, 8), True)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}" \
-              f" T=3,6,9,16", decode_verify_case(qt, cfg, multi)
-    # the tensor-core verify (qmatvec_mma.cu): the dp4a kernel's bits for every q8 format and W (W=8:
-    # more slots than the 136 groups), and against the float64 reference (the planted bug shows there)
-    for qt, cfg, multi in ((Q.Q4_K, (4, 8), False), (Q.Q6_K, (1, 4), False), (Q.Q8_0, (4, 16), False),
-                           (Q.Q4_0, (2, 4), False), (Q.Q4_1, (8, 2), False), (Q.Q5_0, (1, 1), False),
-                           (Q.Q5_K, (4, 4), False), (Q.Q4_K, (4, 8), True), (Q.Q6_K, (2, 2), True)):
-        yield f"q8 mma verify==decode bitwise {qt.name:<5} K=4352 W={cfg[0]}{' multi' if multi else ''} T=2,5,8", \
-            decode_verify_case(qt, cfg, multi, mma=True)
-    for qt in (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q5_K):
-        yield f"q8 mma matmul {qt.name:<5} N=333 K={_k_for(qt)} T=5 +bias +res", \
-            matmul_case(qt, 5, True, True, mma=True)
-    yield "q8 mma matmul_multi Q4_K+Q4_K+Q6_K T=7", multi_case((Q.Q4_K, Q.Q4_K, Q.Q6_K), 7, False, mma=True)
+              f" T={','.join(map(str, VERIFY_TS))}", decode_verify_case(qt, cfg, multi)
+    # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
+    for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 4)):
+        yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \
+            decode_verify_case(qt, (4, 8), rows=rows)

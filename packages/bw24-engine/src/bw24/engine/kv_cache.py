@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ContextLimitError
+from .errors import BadInputError, ContextLimitError
 from .ops.base import Ops
+
+KV_DTYPES = {"f32": np.float32, "f16": np.float16}  # the KV-cache element, by the name users give
+
+
+def kv_dtype(name: str, source: str = "kv_dtype") -> type:
+    """The cache element for a name ("f32" | "f16"); a clear error naming the setting otherwise."""
+    if name not in KV_DTYPES:
+        raise BadInputError(f"{source}={name!r}: expected one of {sorted(KV_DTYPES)}")
+    return KV_DTYPES[name]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -29,7 +38,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class KVCache:
     def __init__(self, ops: Ops, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int):
         self.ops, self.n_ctx = ops, n_ctx
-        dt = getattr(ops, "kv_dtype", np.float32)  # cuda: float16 when BW24_KV_DTYPE=f16
+        dt = getattr(ops, "kv_dtype", np.float32)  # cuda: float16 unless BW24_KV_DTYPE=f32; Engine.load(kv_dtype=)
         self.k = [ops.zeros((n_head_kv, n_ctx, head_dim), dt) for _ in range(n_layer)]  # [Hkv, S, D]
         self.v = [ops.zeros((n_head_kv, n_ctx, head_dim_v), dt) for _ in range(n_layer)]  # [Hkv, S, Dv]
         self.pos = ops.zeros((1,), np.int32)

@@ -105,6 +105,36 @@ __device__ __forceinline__ float group_float_q8(const GRaw<FMT>& r, const XQ& x,
     }
 }
 
+// A group's codes as dp4a operands, unpacked once per (row, group) for a verify launch (T > 1), whose
+// tokens all reuse them: lo[k] / hi[k] line up with x.v[k] / x.v[4 + k] (Q8_0: the raw bytes).
+struct GCodes {
+    u32 lo[4], hi[4];
+};
+
+template <int FMT>
+__device__ __forceinline__ void unpack_codes(const GRaw<FMT>& r, GCodes& c) {
+    if constexpr (FMT == FMT_Q8_0) {
+        c.lo[0] = r.v[0].x; c.lo[1] = r.v[0].y; c.lo[2] = r.v[0].z; c.lo[3] = r.v[0].w;
+        c.hi[0] = r.v[1].x; c.hi[1] = r.v[1].y; c.hi[2] = r.v[1].z; c.hi[3] = r.v[1].w;
+    } else {
+        const u32 w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) nib_codes<FMT>(w[k], r, k, c.lo[k], c.hi[k]);
+    }
+}
+
+// group_dot_q8 on unpacked codes: the same exact integers a, b, then the same group_float_q8 (same bits).
+template <int FMT>
+__device__ __forceinline__ float codes_dot_q8(const GCodes& c, const GRaw<FMT>& r, const XQ& x) {
+    int a = 0, b = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        a = __dp4a((int)c.lo[k], x.v[k], a);
+        b = __dp4a((int)c.hi[k], x.v[4 + k], b);
+    }
+    return group_float_q8<FMT>(r, x, a, b);
+}
+
 template <int FMT>
 __device__ __forceinline__ float group_dot_q8(const GRaw<FMT>& r, const XQ& x) {
     static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");

@@ -43,6 +43,16 @@ extern "C" __global__ void glu_q8(const float* gate, const float* __restrict__ u
     quant_group32(v, lane, xq + 32 * i, xs + i);
 }
 
+// Token counts up to this one launch with NT == T exactly (no per-token guard; ops/cuda/q8.py q8_nt);
+// larger T run in the 16-token bucket, whose rows t >= T are skipped.
+#define QMV8_NT_EXACT 8
+// Groups in flight per thread in a verify launch (the decode loop: 2). A define so that a GPU sweep
+// (benchmarks/gpu_verify_sweep.py) can compare both without more template instances.
+#ifndef QMV8_VERIFY_UNROLL
+#define QMV8_VERIFY_UNROLL 1
+#endif
+constexpr int kVerifyUnroll = QMV8_VERIFY_UNROLL;  // (#pragma unroll takes a constant, not a macro)
+
 template <int FMT, int W, int R, int NT>
 __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict__ xq, const int2* __restrict__ xs,
                                           int K, int N, int T, const float* __restrict__ bias,
@@ -59,18 +69,36 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
 #else
     const int G_END = G;
 #endif
+    if constexpr (NT == 1) {  // decode: each row's codes are used once, unpacked inside the dot
 #pragma unroll 2
-    for (int g = tid; g < G_END; g += 32 * W) {
-        GRaw<FMT> raw[R];
+        for (int g = tid; g < G_END; g += 32 * W) {
+            GRaw<FMT> raw[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < T) {
+            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+            if (T > 0) {  // (T >= 1 always; kept so that the decode kernels' code stays as it was)
                 XQ xg;
-                load_xq(xq, xs, t, K, g, xg);
+                load_xq(xq, xs, 0, K, g, xg);
 #pragma unroll
-                for (int r = 0; r < R; ++r) acc[r][t] += group_dot_q8<FMT>(raw[r], xg);
+                for (int r = 0; r < R; ++r) acc[r][0] += group_dot_q8<FMT>(raw[r], xg);
+            }
+        }
+    } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
+#pragma unroll kVerifyUnroll
+        for (int g = tid; g < G_END; g += 32 * W) {
+            GRaw<FMT> raw[R];
+            GCodes cd[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) unpack_codes<FMT>(raw[r], cd[r]);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (NT <= QMV8_NT_EXACT || t < T) {  // exact NT: T == NT (the bucket above checks)
+                    XQ xg;
+                    load_xq(xq, xs, t, K, g, xg);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r][t] += codes_dot_q8<FMT>(cd[r], raw[r], xg);
+                }
             }
         }
     }

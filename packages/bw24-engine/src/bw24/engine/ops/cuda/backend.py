@@ -32,17 +32,14 @@ def _i32(v) -> np.int32:
     return np.int32(v)
 
 
-KV_DTYPES = {"f32": np.float32, "f16": np.float16}
-
-
 def kv_dtype_from_env() -> Any:
-    """BW24_KV_DTYPE=f16: a half KV cache (half the attention bytes at depth, llama.cpp's default);
-    f32 (default) until the GPU pytest has run with f16 (its speed and run-gen gate were measured on the
-    H200 at ddfc1fd: README "Speed today")."""
-    name = os.environ.get("BW24_KV_DTYPE", "f32")
-    if name not in KV_DTYPES:
-        raise ValueError(f"BW24_KV_DTYPE={name!r}: expected one of {sorted(KV_DTYPES)}")
-    return KV_DTYPES[name]
+    """The KV-cache element: float16 (llama.cpp's default: half the attention bytes at depth) unless
+    BW24_KV_DTYPE=f32. f16 was made the default after the H200 gates at 5dd78dc / this commit: run-gen
+    MATCH on smollm2 and the synthetic 8B, verify rows bit-identical to decode, the GPU pytest green
+    (README "Speed today")."""
+    from ...kv_cache import kv_dtype
+
+    return kv_dtype(os.environ.get("BW24_KV_DTYPE", "f16"), "BW24_KV_DTYPE")
 
 
 class CudaOps(Ops):
@@ -74,9 +71,6 @@ class CudaOps(Ops):
     # bitwise" cases (f32 and q8 matvecs, attention rows, norms, rope) are green there. run-spec's
     # self-consistency gate still catches any divergence. BW24_BATCH_ROWS_EXACT=0 turns it off for a run.
     batch_rows_exact = os.environ.get("BW24_BATCH_ROWS_EXACT", "1") != "0"
-    # A q8 verify of 2..8 tokens on tensor cores (kernels/qmatvec_mma.cu): the dp4a kernel's bits by
-    # construction, kernel-checked, but off until a GPU session has measured and gated it.
-    verify_mma = os.environ.get("BW24_VERIFY_MMA", "0") == "1"
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -99,7 +93,8 @@ class CudaOps(Ops):
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
         self.prefill_precision = "auto"  # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
-        self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float32 (default) or float16
+        self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
+        self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
@@ -237,6 +232,19 @@ class CudaOps(Ops):
         n = out.size
         self._launch(self._k("elementwise.cu", "add"), (min(math.ceil(n / 256), 4096),), 256, (x, y, out, np.int64(n)))
 
+    def _verify_plan(self, path: str, T: int, R: int) -> tuple[int, int]:
+        """(NT, R) of a T-token matvec launch whose decode config has R rows per block. T = 1: (1, R).
+        q8 path (ops/cuda/q8.py): NT = T exactly up to 8, R from q8.verify_rows (or the sweep's
+        override, self.verify_rows). f32 path: NT the bucket QMV_NT, one row per block (keeping the decode
+        R was measured on the H200 at d294954: smollm2's T=5 verify 1.84 -> 2.35 ms)."""
+        if T == 1:
+            return 1, R
+        if path == "q8":
+            from . import q8
+
+            return q8.q8_nt(T), self.verify_rows or q8.verify_rows(T)
+        return next(n for n in QMV_NT if T <= n), 1
+
     def matmul(self, w: QWeight, x, *, out, bias=None, residual=None, softcap: float = 0.0):
         T, K = x.shape
         N = w.n
@@ -245,11 +253,8 @@ class CudaOps(Ops):
         if residual is not None:
             assert residual.shape == out.shape and residual.flags.c_contiguous
         if T <= QMV_NT[-1]:
-            nt = next(n for n in QMV_NT if T <= n)
             path, W, R = self.qmv_configs.plan(w.qtype, N, K)
-            # T > 1: one weight row per block. Keeping the decode config's R (<= 32 / NT) was measured
-            # on the H200 (d294954): smollm2's T=5 verify 1.84 -> 2.35 ms, the 8B's unchanged (6.1 ms).
-            R = R if nt == 1 else 1
+            nt, R = self._verify_plan(path, T, R)
             if path == "q8":  # int8 activations + dp4a (ops/cuda/q8.py, kernels/qmatvec_q8.cu)
                 from . import q8
 
@@ -272,12 +277,11 @@ class CudaOps(Ops):
         assert x.flags.c_contiguous and x.dtype == np.float32
         for w, o in zip(ws, outs, strict=True):
             assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
-        nt = next(n for n in QMV_NT if T <= n)
         path, W, R = self.qmv_configs.plan(ws[0].qtype, sum(w.n for w in ws), K)
-        R = R if nt == 1 else 1
         from .launch import Q8_TYPES
 
         q8 = path == "q8" and all(w.qtype.name in Q8_TYPES for w in ws)  # else all on the f32 path
+        nt, R = self._verify_plan("q8" if q8 else "f32", T, R)
         parts = list(zip(ws, outs, biases, strict=True))
         if len(parts) == 2:
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)

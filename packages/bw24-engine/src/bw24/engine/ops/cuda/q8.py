@@ -62,13 +62,22 @@ def matmul_q8_ref(wdense: np.ndarray, x: np.ndarray, bias=None, residual=None, s
     return y.astype(np.float32)
 
 
-MMA_T, MMA_ROWS, MMA_WARPS = 8, 16, 4  # kernels/qmatvec_mma.cu: tokens, rows and warps per block
+QMV8_NT_EXACT = 8  # kernels/qmatvec_q8.cu: T up to this launches with NT == T (no per-token guard)
 
 
-def use_mma(ops, T: int) -> bool:
-    """The tensor-core verify kernel (qmatvec_mma.cu, the dp4a kernel's bits) for 2..8 tokens, when the
-    backend turns it on (CudaOps.verify_mma, BW24_VERIFY_MMA=1): off until measured on a GPU."""
-    return 2 <= T <= MMA_T and bool(getattr(ops, "verify_mma", False))
+def q8_nt(T: int) -> int:
+    """The NT template argument of a T-token q8 matvec: T itself up to 8 (a verify of K <= 7 drafts),
+    then the 16-token bucket."""
+    return T if T <= QMV8_NT_EXACT else QMV_NT[-1]
+
+
+def verify_rows(T: int) -> int:
+    """Rows per block of a T-token (T > 1) q8 matvec: each token's activation load is shared by R rows,
+    their codes unpacked once (qmatvec_q8.cu), with R * NT <= 16 accumulators. Does not change a
+    row's bits (the summation order depends on W and K only)."""
+    if T > QMV8_NT_EXACT:
+        return 1
+    return max(1, min(8, 1 << (16 // T).bit_length() - 1))
 
 
 def buffers(ops, T: int, K: int):
@@ -117,11 +126,7 @@ def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> 
     xq, xs = quantize(ops, x)
     args = (*w.args(), xq, xs, np.int32(K), np.int32(w.n), np.int32(T), NULL if bias is None else bias,
             NULL if residual is None else residual, out, np.float32(softcap or 0.0))
-    if use_mma(ops, T):  # W: the decode config's warps, whose float order the kernel replays
-        ops._launch(ops._k("qmatvec_mma.cu", f"qmv8m<{w.fmt},{W}>"), (math.ceil(w.n / MMA_ROWS),), 32 * MMA_WARPS, args)
-        return
     ops._launch(ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>"), (math.ceil(w.n / R),), 32 * W, args)
-
 
 
 def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
@@ -129,13 +134,7 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
     T, K = x.shape
     xq, xs = quantize(ops, x)  # once for all the weights of this input
     fmts = ",".join(str(w.fmt) for w, _, _ in parts)
-    mma = use_mma(ops, T)
-    if mma:  # blocks of MMA_ROWS rows instead of R
-        nb = [math.ceil(w.n / MMA_ROWS) if nb[i] else 0 for i, (w, _, _) in enumerate(parts)]
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
-    if mma:
-        ops._launch(ops._k("qmatvec_mma.cu", f"qmv8m_3<{fmts},{W}>"), (sum(nb),), 32 * MMA_WARPS, tuple(args))
-        return
     ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))

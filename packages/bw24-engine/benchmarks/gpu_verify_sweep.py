@@ -1,0 +1,142 @@
+"""What a T-token q8 matvec (speculative verify, issue 8) costs against the decode launch (T = 1) at the
+8B's shapes, per rows-per-block R and groups in flight (QMV8_VERIFY_UNROLL), on one GPU call.
+
+    python packages/bw24-engine/benchmarks/gpu_verify_sweep.py OUTDIR [--ts 1,2,3,4,5,8,9] [--rows 1,2,4,8]
+
+Each (shape, T, R, unroll) first checks that its rows equal T = 1 launches bit for bit (the contract;
+a config that breaks it is reported WRONG and not timed), then times one CUDA graph of one matmul per
+weight copy (copies spanning > 2x L2, so the weight streams from HBM; gpu_matvec_q8.py's method),
+median of 5 replays. Times include the quantize_x launch, as a verify step pays it. The table gives
+us per launch and the ratio to the decode launch: 1.0 would be a verify as cheap as one decode step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_matvec import _time_graph  # noqa: E402
+from gpu_matvec_q8 import _clone, _weight  # noqa: E402
+from gpu_session import header  # noqa: E402
+
+# qwen3-8b Q4_K_M: gate+up stacked (as matmul_multi launches them), Q+K+V, wo, down (Q4_K and Q6_K)
+SHAPES = (("Q4_K", 24576, 4096), ("Q4_K", 6144, 4096), ("Q4_K", 4096, 4096), ("Q6_K", 4096, 12288),
+          ("Q4_K", 4096, 12288))
+
+
+def _combos(T: int, rows: list[int], unrolls: list[int]) -> list[tuple[int, int]]:
+    """(R, unroll) pairs timed at T: at most 32 accumulators per thread (R * NT)."""
+    return [(r, u) for u in unrolls for r in rows if r * T <= 32]
+
+
+def _compile_one(job: tuple[str, int]) -> str:
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin, device_info
+
+    name, u = job
+    compile_cubin(KERNEL_DIR / "qmatvec_q8.cu", device_info().arch, {"QMV8_VERIFY_UNROLL": u} if u else {},
+                  (name,) if name else ())
+    return name
+
+
+def precompile(jobs: list[tuple[str, int]]) -> None:
+    """Every instance the sweep launches, compiled in parallel processes into the on-disk cache."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:
+        list(ex.map(_compile_one, sorted(set(jobs)), chunksize=2))
+
+
+def main() -> int:
+    import cupy as cp
+    from bw24.engine.ops.cuda import CudaOps
+    from bw24.engine.ops.cuda.kernels import get_kernel
+    from bw24.engine.ops.cuda.q8 import q8_nt, verify_rows
+    from bw24.engine.ops.cuda.repack import FMT
+    from gguf.constants import GGMLQuantizationType as Q
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--ts", default="1,2,3,4,5,8,9")
+    ap.add_argument("--rows", default="1,2,4,8")
+    ap.add_argument("--unroll", default="1,2")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    ts = [int(t) for t in a.ts.split(",")]
+    rows, unrolls = [int(r) for r in a.rows.split(",")], [int(u) for u in a.unroll.split(",")]
+
+    ops = CudaOps()
+    rng = np.random.default_rng(0)
+    log = [header().rstrip()]
+
+    def say(s: str) -> None:
+        print(s, flush=True)
+        log.append(s)
+
+    jobs = [("", u) for u in [0, *unrolls]]  # the plain module: quantize_x
+    for qn, n, k in SHAPES:
+        f, (_, W, R1) = FMT[Q[qn]], ops.qmv_configs.plan(Q[qn], n, k)
+        jobs.append((f"qmv8<{f},{W},{R1},1>", 0))
+        jobs += [(f"qmv8<{f},{W},{r},{q8_nt(T)}>", u) for T in ts if T > 1 for r, u in _combos(T, rows, unrolls)]
+    precompile(jobs)
+    say(f"precompiled {len(set(jobs))} instances")
+    summary = ["shape                     T  rule R: us  x decode | best (R, unroll): us  x decode"]
+    for qn, n, k in SHAPES:
+        w0 = _weight(ops, Q[qn], n, k, rng)
+        copies = max(20, min(400, math.ceil(2 * 60e6 / w0.nbytes) + 1))
+        ws = [w0] + [_clone(ops, w0) for _ in range(copies - 1)]
+        xh = rng.standard_normal((16, k)).astype(np.float32)
+        x = ops._put(xh)
+        _, W, R1 = ops.qmv_configs.plan(Q[qn], n, k)
+        ones = []
+        for t in range(max(ts)):  # decode rows, the bits every verify row must equal
+            y1 = ops.zeros((1, n))
+            ops.matmul(w0, x[t:t + 1], out=y1)
+            ones.append(ops.to_host(y1)[0])
+        dec = None
+        for T in ts:
+            y = ops.zeros((T, n))
+            res = {}
+            for r, u in _combos(T, rows, unrolls) if T > 1 else [(R1, 0)]:
+                defines = (("QMV8_VERIFY_UNROLL", u),) if u else ()
+                ops._k = lambda f, name, d=defines: get_kernel(f, name, d if f == "qmatvec_q8.cu" else ())
+                ops.verify_rows = r if T > 1 else None
+                ops.matmul(w0, x[:T], out=y)
+                bad = [t for t in range(T) if not np.array_equal(ops.to_host(y)[t], ones[t])]
+                if bad:
+                    say(f"{qn} {n}x{k} T={T} R={r} unroll={u}: WRONG rows {bad} differ from decode")
+                    continue
+
+                def body(ws=ws, xt=x[:T], y=y):
+                    for wi in ws:
+                        ops.matmul(wi, xt, out=y)
+
+                us = _time_graph(ops, body, len(ws))
+                res[(r, u)] = us
+                if T == 1:
+                    dec = us
+                say(f"{qn} {n:>5}x{k:<5} W={W} T={T} R={r} unroll={u}: {us:8.2f} us "
+                    f"{w0.nbytes / us / 1e3:6.0f} GB/s  {us / dec:5.2f}x decode")
+            ops.verify_rows = None
+            del ops._k  # back to the class method
+            if not res:
+                continue
+            (br, bu), bus = min(res.items(), key=lambda kv: kv[1])
+            rule = res.get((verify_rows(T), 1), float("nan")) if T > 1 else dec
+            summary.append(f"{qn} {n:>5}x{k:<5} T={T:<2} R={verify_rows(T) if T > 1 else R1}: {rule:7.2f} "
+                           f"{rule / dec:5.2f}x | ({br},{bu}): {bus:7.2f} {bus / dec:5.2f}x")
+        del ws, w0
+        cp.get_default_memory_pool().free_all_blocks()
+    (a.out / "verify_sweep.log").write_text("\n".join(log + ["", "== summary =="] + summary) + "\n")
+    print("\n== summary ==\n" + "\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

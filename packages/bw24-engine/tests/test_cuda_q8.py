@@ -196,7 +196,7 @@ def test_moe_models_decode_on_fp32_activations():
 
 def test_verify_launch_plan_exact_token_count_and_rows():
     """A T-token q8 matvec launches NT = T up to 8 (no padded token slots), then the 16 bucket; its rows
-    per block keep R * NT <= 16 accumulators; decode keeps its table R; the f32 path keeps its buckets
+    per block keep R * NT <= 32 accumulators; decode keeps its table R; the f32 path keeps its buckets
     with one row per block; the sweep's override (CudaOps.verify_rows) wins for q8 only."""
     from types import SimpleNamespace
 
@@ -204,13 +204,13 @@ def test_verify_launch_plan_exact_token_count_and_rows():
     from bw24.engine.ops.cuda.q8 import q8_nt, verify_rows
 
     assert [q8_nt(T) for T in range(1, 17)] == list(range(1, 9)) + [16] * 8
-    assert [verify_rows(T) for T in range(2, 10)] == [8, 4, 4, 2, 2, 2, 2, 1]
-    assert all(verify_rows(T) * q8_nt(T) <= 16 for T in range(2, 17))
+    assert [verify_rows(T) for T in range(2, 10)] == [4] * 7 + [2]
+    assert all(verify_rows(T) * q8_nt(T) <= 32 for T in range(2, 17))
     ops = SimpleNamespace(verify_rows=None)
     assert CudaOps._verify_plan(ops, "q8", 1, 8) == (1, 8)
-    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 2)
-    assert CudaOps._verify_plan(ops, "q8", 12, 8) == (16, 1)
+    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 4)
+    assert CudaOps._verify_plan(ops, "q8", 12, 8) == (16, 2)
     assert CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
     assert CudaOps._verify_plan(ops, "f32", 1, 4) == (1, 4)
-    ops.verify_rows = 4
-    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 4) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
+    ops.verify_rows = 8
+    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 8) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)

@@ -96,7 +96,7 @@ def multi_case(qts, T, bias: bool, cfg=(4, 8)) -> Case:
     return run
 
 
-VERIFY_TS = (2, 3, 5, 8, 9, 16)  # NT = T with 8, 4, 2, 2 rows per block (q8.verify_rows), the 16 bucket
+VERIFY_TS = (2, 3, 5, 8, 9, 16)  # NT = T (4 rows per block, q8.verify_rows), then the 16 bucket (2 rows)
 
 
 def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) -> Case:
@@ -224,6 +224,6 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}" \
               f" T={','.join(map(str, VERIFY_TS))}", decode_verify_case(qt, cfg, multi)
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
-    for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 4)):
+    for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \
             decode_verify_case(qt, (4, 8), rows=rows)

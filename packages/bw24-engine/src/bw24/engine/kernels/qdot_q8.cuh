@@ -74,6 +74,12 @@ __device__ __forceinline__ void nib_idot(const GRaw<FMT>& r, const XQ& x, int& a
     }
 }
 
+// (float)v, exactly as I2F gives it, for |v| < 2^22 (both are exact there): v added to the bits of
+// 1.5 * 2^23 lands in its mantissa (one ulp = 1), and the FADD removes that offset. Two full-rate ops
+// instead of a conversion at 16/clk/SM: with T tokens per weight group a verify launch converts T
+// group dots per row and group (its cost, benchmarks/gpu_verify_sweep.py). Bounds per format below.
+__device__ __forceinline__ float i2f_small(int v) { return __int_as_float(0x4B400000 + v) - 12582912.f; }
+
 template <int FMT>
 constexpr bool q8_ok() { return FMT >= FMT_Q8_0 && FMT <= FMT_Q6_K; }
 
@@ -83,20 +89,21 @@ constexpr bool q8_ok() { return FMT >= FMT_Q8_0 && FMT <= FMT_Q6_K; }
 template <int FMT>
 __device__ __forceinline__ float group_float_q8(const GRaw<FMT>& r, const XQ& x, int a, int b) {
     static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");
+    // |a + b| <= 32 * 128 * 127 (Q8_0), 32 * 31 * 127 (4/5-bit codes), |S| <= 32 * 127: all < 2^22
     if constexpr (FMT == FMT_Q8_0) {
-        return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b);
+        return (h2f(r.s0 & 0xFFFF) * x.d) * i2f_small(a + b);
     } else {
         const int S = x.s0 + x.s1;
         if constexpr (FMT == FMT_Q4_0) {
-            return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b - 8 * S);
+            return (h2f(r.s0 & 0xFFFF) * x.d) * i2f_small(a + b - 8 * S);
         } else if constexpr (FMT == FMT_Q5_0) {
-            return (h2f(r.s0 & 0xFFFF) * x.d) * (float)(a + b - 16 * S);
+            return (h2f(r.s0 & 0xFFFF) * x.d) * i2f_small(a + b - 16 * S);
         } else if constexpr (FMT == FMT_Q4_1) {
-            return fmaf(h2f(r.s0 & 0xFFFF) * x.d, (float)(a + b), (h2f(r.s0 >> 16) * x.d) * (float)S);
+            return fmaf(h2f(r.s0 & 0xFFFF) * x.d, i2f_small(a + b), (h2f(r.s0 >> 16) * x.d) * i2f_small(S));
         } else if constexpr (FMT == FMT_Q4_K || FMT == FMT_Q5_K) {
             const float s = h2f(r.s2 & 0xFFFF) * (float)(r.s0 & 0xFF);
             const float mn = h2f(r.s2 >> 16) * (float)((r.s0 >> 8) & 0xFF);
-            return fmaf(s * x.d, (float)(a + b), -((mn * x.d) * (float)S));
+            return fmaf(s * x.d, i2f_small(a + b), -((mn * x.d) * i2f_small(S)));
         } else {  // Q6_K: integer total, |.| < 2^24 for realistic scales (exact); one rounding otherwise
             const int sc0 = (int)(i8)(r.s0 & 0xFF), sc1 = (int)(i8)((r.s0 >> 8) & 0xFF);
             const int I = sc0 * (a - 32 * x.s0) + sc1 * (b - 32 * x.s1);

@@ -31,10 +31,10 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;
     # when the table picks other q8 configs, add them here so CI compiles what is dispatched.
     "qmatvec_q8.cu": tuple(f"qmv8<{f},{w},{r},1>" for f in (3, 4, 5, 6, 7, 8, 9) for w, r in QMV_CONFIGS[:2])
-    # verify (T > 1): NT = T up to 8 with q8.verify_rows(T) rows, then the 16 bucket with one row
-    + tuple(f"qmv8<{f},4,{r},{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt, r in ((2, 8), (5, 2), (16, 1)))
+    # verify (T > 1): NT = T up to 8 with q8.verify_rows(T) = 4 rows, then the 16 bucket with 2
+    + tuple(f"qmv8<{f},4,{r},{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt, r in ((2, 4), (5, 4), (16, 2)))
     + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
-       "qmv8_3<7,7,9,4,2,5>", "qmv8_3<7,7,7,4,4,4>"),  # + extern "C" quantize_x, glu_q8
+       "qmv8_3<7,7,9,4,4,5>", "qmv8_3<7,7,7,4,4,4>"),  # + extern "C" quantize_x, glu_q8
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES
                           for kt in ("", ",__half"))  # fp32 and fp16 KV caches
     + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices

@@ -73,11 +73,13 @@ def q8_nt(T: int) -> int:
 
 def verify_rows(T: int) -> int:
     """Rows per block of a T-token (T > 1) q8 matvec: each token's activation load is shared by R rows,
-    their codes unpacked once (qmatvec_q8.cu), with R * NT <= 16 accumulators. Does not change a
-    row's bits (the summation order depends on W and K only)."""
-    if T > QMV8_NT_EXACT:
-        return 1
-    return max(1, min(8, 1 << (16 // T).bit_length() - 1))
+    their codes unpacked once (qmatvec_q8.cu). Does not change a row's bits (the summation order
+    depends on W and K only). R = 4 up to 8 tokens, 2 in the 16 bucket (R * NT <= 32 accumulators).
+    H200 sweep at 92c96ac (evidence/verify_sweep_h200_92c96ac.log), the 8B's shapes, T = 2..9: the
+    fastest choice at every Q4_K shape for T >= 3 and within 6% (T = 2: within 12%); R = 1, the earlier
+    choice, was 1.15-1.9x slower there. The Q6_K down projection (decode W = 1) is noisier: up to 1.5x
+    off its best at T = 2, 3, 5, where R = 1 or unroll 2 won."""
+    return 4 if T <= QMV8_NT_EXACT else 2
 
 
 def buffers(ops, T: int, K: int):

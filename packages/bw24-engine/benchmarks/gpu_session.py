@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import subprocess
 import sys
 import time
@@ -21,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[3]
 def header() -> str:
     from bw24.runtime import describe
 
+    sha = os.environ.get("BW24_GIT", "")  # h200_session.sh passes the sha it was given (the host's .git may be stale)
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip() or "uncommitted"
+        sha = sha or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                    text=True).stdout.strip() or "uncommitted"
     except OSError:
         sha = "?"
     return f"# device: {describe()}\n# date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n# git: {sha}\n"

@@ -208,7 +208,7 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
 
 @pytest.mark.parametrize("f,names", [("prefill_gemm.cu", ("dequant_rows_h<7>", "x_to_half", "gemm_epilogue")),
                                      ("attention_prefill.cu", ("attn_prefill<64,64,3,8>",)),
-                                     ("qmatvec_mma.cu", ("qmv8m<7,4>", "qmv8m_3<7,7,9,4>"))])
+                                     ("qmatvec_q8.cu", ("qmv8<7,4,4,5>", "qmv8_3<7,7,9,4,4,5>"))])
 def test_planted_bug_variants_compile(f, names, tmp_path, monkeypatch):
     """kernel_check --variant planted_bug compiles these files with BW24_PLANTED_BUG (its canaries)."""
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR

@@ -35,7 +35,7 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 }
 
 // The scale / high-bit words of one group of one row of a quantized format (r.s0..s3; the main
-// plane's bytes are load_group's): shared by load_group and the tensor-core verify (qmatvec_mma.cu).
+// plane's bytes are load_group's).
 template <int FMT>
 __device__ __forceinline__ void load_scales(const Planes& p, i64 row, int g, int K, GRaw<FMT>& r) {
     const i64 gi = row * (K >> 5) + g;
@@ -206,11 +206,11 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[R][NT], int T, i
             if (lane == 0) red[warp * R * NT + r * NT + t] = v;
         }
     __syncthreads();
-    if (tid < R * NT) {
-        const int r = tid / NT, t = tid % NT, n = row0 + r;
-        float v = red[tid];
+    for (int i = tid; i < R * NT; i += W * 32) {  // (one pass unless a sweep forces R * NT > 32 W)
+        const int r = i / NT, t = i % NT, n = row0 + r;
+        float v = red[i];
 #pragma unroll
-        for (int w = 1; w < W; ++w) v += red[w * R * NT + tid];
+        for (int w = 1; w < W; ++w) v += red[w * R * NT + i];
         if (t < T && n < N) {
             if (bias) v += bias[n];
             if (residual) v += residual[(i64)t * N + n];

@@ -46,7 +46,7 @@ __device__ __forceinline__ void load_xq(const i8* __restrict__ xq, const int2* _
 }
 
 // Word k of a 4/5/6-bit group as byte codes: lo = q[4k..4k+3], hi = q[4k+16..4k+19], the Q5 / Q6 high
-// bits (r.s1, r.s2) merged in. Shared with the tensor-core verify (qmatvec_mma.cu: its A fragments).
+// bits (r.s1, r.s2) merged in.
 template <int FMT>
 __device__ __forceinline__ void nib_codes(u32 w, const GRaw<FMT>& r, int k, u32& lo, u32& hi) {
     lo = w & 0x0F0F0F0Fu;
@@ -84,8 +84,8 @@ template <int FMT>
 constexpr bool q8_ok() { return FMT >= FMT_Q8_0 && FMT <= FMT_Q6_K; }
 
 // The group's value from its exact integer dots a (columns < 16) and b (>= 16) and the scales: r's
-// s0..s3 and x's d, s0, s1 (r.v and x.v are not read). Shared with the tensor-core verify
-// (qmatvec_mma.cu), whose integer dots come from mma instead of dp4a: the same source, the same bits.
+// s0..s3 and x's d, s0, s1 (r.v and x.v are not read). Decode (group_dot_q8) and verify (codes_dot_q8)
+// both end here: the same source, the same bits.
 template <int FMT>
 __device__ __forceinline__ float group_float_q8(const GRaw<FMT>& r, const XQ& x, int a, int b) {
     static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");

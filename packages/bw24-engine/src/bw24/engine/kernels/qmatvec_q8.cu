@@ -46,12 +46,15 @@ extern "C" __global__ void glu_q8(const float* gate, const float* __restrict__ u
 // Token counts up to this one launch with NT == T exactly (no per-token guard; ops/cuda/q8.py q8_nt);
 // larger T run in the 16-token bucket, whose rows t >= T are skipped.
 #define QMV8_NT_EXACT 8
-// Groups in flight per thread in a verify launch (the decode loop: 2). A define so that a GPU sweep
-// (benchmarks/gpu_verify_sweep.py) can compare both without more template instances.
+// Groups in flight per thread in a verify launch (the decode loop: 2): 1, but 2 for one-warp blocks
+// (W = 1: each thread walks many groups), the faster choice at every T in the H200 sweep at 7e558ea
+// (evidence/verify_sweep_h200_7e558ea.log: Q6_K 4096x12288 T=5 1.60x decode vs 2.36x). A define
+// (0: that rule) so that the sweep (benchmarks/gpu_verify_sweep.py) can force either.
 #ifndef QMV8_VERIFY_UNROLL
-#define QMV8_VERIFY_UNROLL 1
+#define QMV8_VERIFY_UNROLL 0
 #endif
-constexpr int kVerifyUnroll = QMV8_VERIFY_UNROLL;  // (#pragma unroll takes a constant, not a macro)
+template <int W>
+constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNROLL : W == 1 ? 2 : 1; }
 
 template <int FMT, int W, int R, int NT>
 __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict__ xq, const int2* __restrict__ xs,
@@ -83,7 +86,8 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
             }
         }
     } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
-#pragma unroll kVerifyUnroll
+        constexpr int U = verify_unroll<W>();  // (#pragma unroll takes a constant, not a macro)
+#pragma unroll U
         for (int g = tid; g < G_END; g += 32 * W) {
             GRaw<FMT> raw[R];
             GCodes cd[R];

@@ -51,7 +51,7 @@ def kernel_table(run_n, n_tokens: int) -> tuple[list[tuple[str, float, float]], 
     return rows, wall
 
 
-def verify_table(m, ops, rng, plain_us: float, T: int = 5) -> list[str]:
+def verify_table(m, ops, rng, plain_us: float, T: int = 5) -> tuple[list[str], float]:
     """The speculative verify of T tokens at the same depth (spec.device.FastVerifier: forward(T) with
     every row's logits, row argmax, one host read), replayed STEPS times: its cost in decode steps."""
     from bw24.engine.spec.device import FastVerifier
@@ -72,7 +72,50 @@ def verify_table(m, ops, rng, plain_us: float, T: int = 5) -> list[str]:
     m.kv.reset(n0)
     head = (f"## verify T={T}: {us:.1f} us unprofiled = {us / plain_us:.2f} decode steps; kernels "
             f"{sum(r[1] for r in rows):.0f}/verify, kernel time {sum(r[2] for r in rows):.1f} us")
-    return [head] + [f"{r[2]:9.1f} us {r[1]:6.1f}x  {r[0]}" for r in rows[:30]]
+    return [head] + [f"{r[2]:9.1f} us {r[1]:6.1f}x  {r[0]}" for r in rows[:30]], sum(r[1] for r in rows)
+
+
+def spec_table(m, ops, rng, plain_us: float, decode_kernels: float, verify_kernels: float, n: int = 64,
+               k: int = 4) -> list[str]:
+    """Draft = target (a twin with its own KV cache; acceptance 1.0), greedy, K=k, n tokens on the fast
+    path: where a round's time goes (issue 8's overhead target). Per round: unprofiled wall, kernel
+    time (the GPU busy), launches against the expected (draft steps x a decode step's + one verify's);
+    the drafter's prompt prefill (begin, inside SpecStats.decode_s) timed apart; the GraphsByT rebuilds
+    of the timed run (0 when every draft step and verify replays a kept graph)."""
+    from bw24.engine.spec import DraftModelDrafter, SpecDecoder
+    from bw24.engine.spec.draft_model import twin_model
+
+    d = DraftModelDrafter(twin_model(m))
+    dec = SpecDecoder(m, d, k=k)
+    prompt = rng.integers(10, m.cfg.n_vocab - 10, size=64).tolist()
+    for _ in range(2):  # compile, size scratch, capture every graph
+        list(dec.generate(prompt, n))
+    graphs = lambda: (d._dev[1].rebuilds if d._dev else -1, dec.fast.graphs.rebuilds)  # noqa: E731
+    before, steps0 = graphs(), d.steps
+    ops.synchronize()
+    t0 = time.perf_counter()
+    list(dec.generate(prompt, n))
+    ops.synchronize()
+    total = time.perf_counter() - t0
+    st, steps, after = dec.stats, d.steps - steps0, graphs()
+    rounds = max(st.rounds, 1)
+    ops.synchronize()
+    t0 = time.perf_counter()
+    d.begin(prompt)
+    ops.synchronize()
+    begin_s = time.perf_counter() - t0
+    rows, _ = kernel_table(lambda: list(dec.generate(prompt, n)), 1)
+    ops.synchronize()
+    launches, ktime = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    vk = verify_kernels
+    head = (f"## spec self (draft = target) K={k}, {n} tokens: {st.n_generated} tokens in {st.rounds} rounds "
+            f"(acceptance {st.accepted / max(st.drafted, 1):.2f}); wall {total * 1e3:.1f} ms = "
+            f"{total * 1e6 / rounds:.0f} us/round = {total * 1e6 / st.n_generated / plain_us:.2f} plain steps/token; "
+            f"{steps / rounds:.2f} draft steps/round; drafter prompt prefill (begin) {begin_s * 1e3:.1f} ms; "
+            f"kernel time {ktime / rounds:.0f} us/round ({100 * ktime / (total * 1e6):.0f}% of the wall, profiled "
+            f"run); launches {launches / rounds:.0f}/round vs expected {steps / rounds * decode_kernels + vk:.0f}; "
+            f"GraphsByT rebuilds in the timed run: drafter {after[0] - before[0]}, verifier {after[1] - before[1]}")
+    return [head] + [f"{r[2] / rounds:9.1f} us {r[1] / rounds:6.1f}x  {r[0]}" for r in rows[:20]]
 
 
 def profile_model(spec: str, out: Path, summary: list[str]) -> None:
@@ -112,7 +155,10 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
              f"{wall:.1f} us/token under the profiler; kernels {sum(r[1] for r in rows):.0f}/token, "
              f"kernel time {sum(r[2] for r in rows):.1f} us/token"]
     lines += [f"{r[2]:9.1f} us {r[1]:6.1f}x  {r[0]}" for r in rows[:40]]
-    lines += verify_table(m, ops, rng, plain_us)
+    vlines, vk = verify_table(m, ops, rng, plain_us)
+    lines += vlines + spec_table(m, ops, rng, plain_us, sum(r[1] for r in rows), vk)
+    m.kv.reset()
+    m.feed(prompt)
 
     # one prefill chunk of 512 tokens
     T = 512

@@ -162,6 +162,8 @@ def test_ref_rope_kv_qk_norm_is_rmsnorm_then_rope(mode, rope_dim):
 class _Recorder:
     """Stands in for CudaOps in the kernel_check cases: records which templates they dispatch."""
 
+    _q8_ready = None  # no fused producer has marked rows (the "+q8 out" cases stop at that check)
+
     def __init__(self):
         self.names: set[tuple[str, str]] = set()
 

@@ -107,6 +107,53 @@ def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) ->
     return run
 
 
+def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
+    """Attention rows feeding a q8 output projection (H*D >= Q8_MIN_K): the output vs the reference, the
+    int8 quantization the attention kernels leave in the q8 scratch == quantize_x's of that output (exact),
+    and the next q8 matmul of those rows is one launch (its quantize_x skipped). p0 < ATTN_CHUNK: the
+    only live split writes (attn_split); beyond: attn_combine."""
+    def run(name, ref, cu, rng):
+        from gguf.constants import GGMLQuantizationType as Q
+
+        from .kernel_cases import _weight
+        from .kernel_cases_q8 import _forced, _scratch_q8, _want_q8
+        from .ops.cuda.q8 import matmul_q8_ref
+
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kd, vd), (kc, vc) = half_cache(kc, vc, half)
+        want = np.empty(q.shape, np.float32)
+        kw = dict(scale=D ** -0.5, softcap=None, window=None)
+        ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
+        out = cu.zeros(q.shape)
+        cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
+        K = q.shape[1] * D
+        rows = out.reshape(T, K)
+        if cu._q8_ready is None or cu._q8_ready != (rows.data.ptr, T, K):
+            return compare(name + " (q8 rows not marked)", "exact", np.array([0.0]), np.array([1.0]))
+        got = cu.to_host(out)
+        r = compare(name, "attention", got, want)
+        if not r.ok:
+            return r
+        cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)  # mark again
+        r = compare(name + " q8", "exact", _scratch_q8(cu, T, K), _want_q8(got.reshape(T, K)))
+        if not r.ok:
+            return r
+        ti = _weight(Q.Q4_K, 96, K, rng, name + ".wo")
+        w, y, launches = cu.load_weight(ti), cu.zeros((T, 96)), []
+        cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
+        with _forced(cu, [Q.Q4_K]):
+            orig = cu._launch
+            cu._launch = lambda fn, *a: (launches.append(fn), orig(fn, *a))  # count what runs
+            try:
+                cu.matmul(w, rows, out=y)
+            finally:
+                cu._launch = orig
+        if len(launches) != 1:
+            return compare(name + " (quantize_x launched)", "exact", np.array([len(launches)]), np.array([1]))
+        return compare(name + " wo", "matmul_q8", cu.to_host(y), matmul_q8_ref(ref.load_weight(ti).data, got.reshape(T, K)))
+    return run
+
+
 def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
     """rmsnorm of `rows` rows vs the reference, and bitwise equal to one-row launches (out and x)."""
     def run(name, ref, cu, rng):
@@ -203,6 +250,11 @@ def cases() -> Iterator[tuple[str, Case]]:
             fused_equals_separate_case(D, G, T, p0, window=win)
     yield f"attn rows==decode D=128 G=4 Hkv=8 T=6 pos={grow - 3} (grow)", \
         attn_rows_case(128, 4, 6, grow - 3, Hkv=8)
+    # the output's int8 quantization for a q8 wo (H*D >= 2048): single split (attn_split) and combined
+    for D, G, T, p0, Hkv, half in ((128, 4, 1, 5, 8, False), (128, 4, 1, 700, 8, False), (128, 4, 5, 3000, 8, True),
+                                   (128, 2, 5, c - 3, 8, False), (64, 5, 9, 100, 8, False), (256, 4, 3, 90, 2, False)):
+        yield f"attn +q8 out D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}", \
+            attn_q8_case(D, G, T, p0, Hkv, half)
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):
         for add in (False, True):
             yield f"rmsnorm_reg K={K}{' +add' if add else ''} rows=5", rmsnorm_rows_case(K, add)

@@ -29,7 +29,13 @@
 // KT: the cache element (float, or __half for a half cache: the loads convert, the math is fp32).
 // Bytes moved: sizeof(KT)*(D+DV) per cached key per kv head + partials 2*4*(DV+2) per (head,
 //   split) written and read back (<= 2*G/c of the KV bytes).
+// xq != null (decode/verify rows whose consumer is a q8 matvec, ops/cuda/attn.py): the output rows'
+//   int8 quantization goes to xq / xs as well (quant_x.cuh: the bits quantize_x writes from the same
+//   floats), from whichever launch writes the output: attn_split's only live split, or attn_combine.
+//   One warp holds 32 consecutive output dims of one head (DV % 32 == 0): one group of the row
+//   [T, H * DV]. Saves the quantize_x launch in front of the output projection.
 #include "common.cuh"
+#include "quant_x.cuh"
 
 #define NW 4
 #define COMBINE_TILE 256
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(NW * 32)
 attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __restrict__ vc,
            const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window,
            int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
-           int* __restrict__ tickets) {
+           int* __restrict__ tickets, i8* __restrict__ xq, int2* __restrict__ xs) {
     constexpr int PD = D / 32, PV = DV / 32;
     // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
     constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
@@ -223,7 +229,9 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
         }
         const i64 row = ((i64)t * H + hk * G + g) * nsplit + s;
         if (single) {
-            out[((i64)t * H + hk * G + g) * DV + d] = A / L;
+            const i64 o = ((i64)t * H + hk * G + g) * DV + d;  // a whole warp: 32 dims of one head
+            out[o] = A / L;
+            if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
         } else {
             part_acc[row * DV + d] = A;
             if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
@@ -249,9 +257,11 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     }
 }
 
+// blockDim == DV when xq != null (one dim per thread: warp w quantizes dims 32w .. 32w + 31).
 extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
                                         const int* __restrict__ pos, int H, int DV, int ch, int nsplit,
-                                        int window, float* __restrict__ out) {
+                                        int window, float* __restrict__ out, i8* __restrict__ xq,
+                                        int2* __restrict__ xs) {
     __shared__ float red[32];
     __shared__ float wt[COMBINE_TILE], lw[COMBINE_TILE];
     const int h = blockIdx.x, t = blockIdx.y;
@@ -262,4 +272,8 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
     const int live = (n + c - 1) / c;
     if (live == 1) return;  // attn_split wrote the output itself
     combine_head(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV, out + ((i64)t * H + h) * DV, red, wt, lw);
+    if (xq) {  // this thread's own output dim, just written by it
+        const i64 o = ((i64)t * H + h) * DV + threadIdx.x;
+        quant_group32(out[o], threadIdx.x & 31, xq + (o & ~(i64)31), xs + (o >> 5));
+    }
 }

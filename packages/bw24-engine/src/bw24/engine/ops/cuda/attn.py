@@ -1,4 +1,5 @@
-"""Decode/verify attention launch (kernels/attention.cu: attn_split<D, DV, G, CH> + attn_combine).
+"""Decode/verify attention launch (kernels/attention.cu: attn_split<D, DV, G, CH> + attn_combine), which
+also leaves the output's int8 quantization for a q8 output projection (one quantize_x launch fewer).
 
 Split geometry: CH keys per split unit (a template constant) and at most `max_splits` splits (the
 grid's y size; x is the kv head, so the live low splits are scheduled before the dead ones). The
@@ -17,7 +18,9 @@ import math
 import numpy as np
 
 from ...errors import UnsupportedModelError
+from . import q8
 from .kernels import ATTN_CHUNKS, kv_arg  # CH values CI compiles (tuning-table choices)
+from .launch import Q8_MIN_K
 from .weights import NULL
 
 ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
@@ -85,6 +88,12 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     tuning, override = getattr(cu.qmv_configs, "tuning", None), getattr(cu, "attn_override", None)
     ch, ns = attn_geometry(tuning, S, Hkv, override=override)
     fused = fuse_combine(tuning, override)
+    rows = out.reshape(T, H * Dv)
+    # decode/verify rows feeding a q8 output projection (K = H*Dv >= Q8_MIN_K, as rmsnorm decides for
+    # its consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
+    # skips its quantize_x launch (not with the fused pass 2, whose last block does not quantize)
+    quant = not fused and H * Dv >= Q8_MIN_K and q8.fusable(rows)
+    xq, xs = q8.buffers(cu, T, H * Dv) if quant else (NULL, NULL)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
     # per (token, kv head), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads first)
@@ -93,12 +102,14 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
     cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}{kt}>"), (Hkv, ns, T), 128,
                (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets))
+                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs))
     if fused:
         return
-    block = max(32, min(256, 32 * math.ceil(Dv / 32)))
+    block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
     cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,
-               (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out))
+               (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out, xq, xs))
+    if quant:
+        q8.mark_ready(cu, rows)
 
 
 __all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "fuse_combine", "plan_chunk"]

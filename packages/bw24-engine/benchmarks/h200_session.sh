@@ -5,6 +5,7 @@
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
 # Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
+#         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
@@ -82,6 +83,8 @@ log=lambda s: None))" "$m")
     t=$(echo "$1" | tr ',' '_')
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
+  with)  # with VAR=VALUE STAGE ARGS: that stage with the variable set (an opt-in path); logs under /tmp/r/VAR_VALUE
+    export "$1" BW24_R=/tmp/r/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;
   f32)  # the next stage with a float32 KV cache (BW24_KV_DTYPE=f32; f16 is the default); logs under /tmp/r/f32
     export BW24_KV_DTYPE=f32 BW24_R=/tmp/r/f32; exec bash "$0" "$SHA" "$@" ;;
   vsweep)

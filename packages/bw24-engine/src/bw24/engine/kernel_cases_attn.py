@@ -113,18 +113,26 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
     and the next q8 matmul of those rows is one launch (its quantize_x skipped). p0 < ATTN_CHUNK: the
     only live split writes (attn_split); beyond: attn_combine."""
     def run(name, ref, cu, rng):
-        from gguf.constants import GGMLQuantizationType as Q
-
-        from .kernel_cases import _weight
-        from .kernel_cases_q8 import _forced, _scratch_q8, _want_q8
-        from .ops.cuda.q8 import matmul_q8_ref
-
         q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
         (kd, vd), (kc, vc) = half_cache(kc, vc, half)
         want = np.empty(q.shape, np.float32)
         kw = dict(scale=D ** -0.5, softcap=None, window=None)
         ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
         out = cu.zeros(q.shape)
+        old = getattr(cu, "attn_q8", False)
+        cu.attn_q8 = True  # the opt-in fusion (BW24_ATTN_Q8) on for this case
+        try:
+            return _check(name, ref, cu, rng, q, kd, vd, kw, want, out)
+        finally:
+            cu.attn_q8 = old
+
+    def _check(name, ref, cu, rng, q, kd, vd, kw, want, out):
+        from gguf.constants import GGMLQuantizationType as Q
+
+        from .kernel_cases import _weight
+        from .kernel_cases_q8 import _forced, _scratch_q8, _want_q8
+        from .ops.cuda.q8 import matmul_q8_ref
+
         cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
         K = q.shape[1] * D
         rows = out.reshape(T, K)

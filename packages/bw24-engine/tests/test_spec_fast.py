@@ -164,3 +164,17 @@ def test_spec_fast_twin_draft_shares_weights_and_accepts_everything(models, refe
     assert tw.w is m.w and tw.ops is m.ops and tw.kv is not m.kv and tw.buf is not m.buf
     dec = SpecDecoder(m, DraftModelDrafter(tw), k=4, device=True)
     assert list(dec.generate(FIRST, N)) == reference and dec.stats.acceptance == 1.0
+
+
+def test_spec_fast_mtp_steps_are_replayable_per_row_count(models, reference):
+    """MTP propose_into runs every drafting step through GraphsByT (captured graphs on the GPU): the
+    pending-rows feed keyed by its row count, the chained steps by 0; drafts and stats as the host path."""
+    m = models["target"]
+    runs = []
+    for dev in (False, True):
+        d = MTPDrafter(m.model, m.gguf)
+        dec = SpecDecoder(m.model, d, k=4, device=dev)
+        runs.append((list(dec.generate(FIRST, N)), dec.stats.drafted, dec.stats.accepted, dec.stats.rounds))
+    assert runs[0] == runs[1] and runs[1][0] == reference
+    keys = set(d._dev[1].runs)
+    assert 0 in keys and any(k > 0 for k in keys), keys

@@ -80,6 +80,7 @@ class MTPDrafter:
         m.buf = Buffers(ops, hcfg, mb)
         self.head = m
         self.pending: np.ndarray | None = None  # target hidden rows (pre-norm) not yet in the head's cache
+        self._dev = None  # (DeviceIO, GraphsByT of the device drafting steps) for propose_into
 
     def begin(self, prompt, hidden=None) -> None:
         self.head.kv.reset()
@@ -140,15 +141,39 @@ class MTPDrafter:
                 last = 1
         return Draft(toks, None if qs[0] is None else qs)
 
+    # ---- the greedy fast path (fast.py) -------------------------------------------------------
+    def _step(self, T: int):
+        """One replayable drafting step. T > 0: the T pending target rows (tokens in ids[:T], rows in the
+        input wrapper's h[:T], copied from the host before) through the target's output norm and the
+        head; T = 0: one chained step (token in ids[0], h[0] = the previous step's block output). Each
+        ends with its argmax in ids[0] (the next chained step's token) and its last block output in h[0]:
+        the ops propose() runs per step, in the same order, so the same bits."""
+        from ..sampling import SamplingParams
+
+        m, o, greedy = self.head, self.ops, SamplingParams()
+        n = max(T, 1)
+        hbuf, tok = m.ops.h, m.buf.view(1).ids
+
+        def step() -> None:
+            with o.stream if getattr(o, "name", "") == "cuda" else nullcontext():
+                if T:
+                    o.rmsnorm(hbuf[:n], self.out_norm, self.cfg.rms_eps, out=hbuf[:n])
+                out = m.forward(n, last_only=True)
+                o.sample(out[0], greedy, m.kv.pos, out=tok)  # argmax (lowest index), as pick()
+                hbuf[:1] = m.buf.h[n - 1: n]  # g of the last row stands in for h next (chaining)
+
+        return step
+
     def propose_into(self, ctx, k, io, dst_ids) -> int:
         """Greedy drafts to dst_ids[1 : 1 + k] with no host read: the pending target rows are fed
         (one batch, host rows in), each step's argmax is written on the device into the head's ids[0]
-        (the next chained step's token) and copied to the target's verify ids. Same stream as the
-        target (the head shares its ops), so no cross-stream ordering is needed."""
-        from ..sampling import SamplingParams
-        from .device import DeviceIO
+        (the next chained step's token) and copied to the target's verify ids. Each step replays a graph
+        captured per row count (GraphsByT; eager on the CPU): an eager one-layer step plus the head was
+        host-bound (~22 launches; an MTP round was 3.3 plain steps on the H200 at 7e558ea). Same stream
+        as the target (the head shares its ops), so no cross-stream ordering is needed."""
+        from .device import DeviceIO, GraphsByT
 
-        m = self.head
+        m, o = self.head, self.ops
         P = self.pending.shape[0]
         c = m.kv.n_past
         if c + P != len(ctx) - 1 or P == 0:
@@ -156,17 +181,22 @@ class MTPDrafter:
         k = min(k, m.kv.n_ctx - len(ctx) + 1)
         if k <= 0:
             return 0
-        dio, greedy, tok = DeviceIO(self.ops), SamplingParams(), m.buf.view(1).ids
+        if self._dev is None:
+            dio = DeviceIO(o)
+            self._dev = (dio, GraphsByT(dio.ops, self._step, dio.signature))
+        dio, run = self._dev
+        tok = m.buf.view(1).ids
         for s in range(0, P, m.max_batch):
             e = min(P, s + m.max_batch)
-            row = self._run(ctx[c + 1 + s: c + 1 + e], self.pending[s:e], normed=False, host=False)
-            last = e - s
+            m.kv.reserve(e - s)
+            o.copy_from_host(m.buf.view(e - s).ids, np.asarray(ctx[c + 1 + s: c + 1 + e], np.int32))
+            o.copy_from_host(m.ops.h[: e - s], self.pending[s:e])
+            run(e - s)
         self.pending = self.pending[:0]
         for i in range(k):
-            self.ops.sample(row[0], greedy, m.kv.pos, out=tok)  # argmax (lowest index), as pick()
             dio.copy_int(dst_ids[i + 1: i + 2], tok)
             if i < k - 1:
-                row = self._run(None, m.buf.h[last - 1: last], normed=True, host=False)
-                last = 1
+                m.kv.reserve(1)
+                run(0)
         io.order_after(dio)
         return k

@@ -43,14 +43,20 @@ def half_cache(kc, vc, half: bool):
     return (kh, vh), (kh.astype(np.float32), vh.astype(np.float32))
 
 
+def _attn_ref(ref, rng, T, Hkv, G, D, p0, half, kw):
+    """Random inputs, the device-side caches (float16 when half) and the reference's output."""
+    q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+    (kd, vd), (kc, vc) = half_cache(kc, vc, half)
+    want = np.empty(q.shape, np.float32)
+    ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
+    return q, kd, vd, want
+
+
 def attn_ref_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
     """cuda attention vs the float64-softmax reference (half: from a float16 KV cache)."""
     def run(name, ref, cu, rng):
-        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
-        (kd, vd), (kc, vc) = half_cache(kc, vc, half)
-        want = np.empty(q.shape, np.float32)
         kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
-        ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
+        q, kd, vd, want = _attn_ref(ref, rng, T, Hkv, G, D, p0, half, kw)
         out = cu.zeros(q.shape)
         cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
         return compare(name, "attention", cu.to_host(out), want)
@@ -113,11 +119,8 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
     and the next q8 matmul of those rows is one launch (its quantize_x skipped). p0 < ATTN_CHUNK: the
     only live split writes (attn_split); beyond: attn_combine."""
     def run(name, ref, cu, rng):
-        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
-        (kd, vd), (kc, vc) = half_cache(kc, vc, half)
-        want = np.empty(q.shape, np.float32)
         kw = dict(scale=D ** -0.5, softcap=None, window=None)
-        ref.attention(q, kc, vc, np.array([p0], np.int32), out=want, **kw)
+        q, kd, vd, want = _attn_ref(ref, rng, T, Hkv, G, D, p0, half, kw)
         out = cu.zeros(q.shape)
         old = getattr(cu, "attn_q8", False)
         cu.attn_q8 = True  # the opt-in fusion (BW24_ATTN_Q8) on for this case
@@ -130,7 +133,7 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
         from gguf.constants import GGMLQuantizationType as Q
 
         from .kernel_cases import _weight
-        from .kernel_cases_q8 import _forced, _scratch_q8, _want_q8
+        from .kernel_cases_q8 import _forced, _scratch_q8, _want_q8, count_launches
         from .ops.cuda.q8 import matmul_q8_ref
 
         cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
@@ -147,17 +150,12 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
         if not r.ok:
             return r
         ti = _weight(Q.Q4_K, 96, K, rng, name + ".wo")
-        w, y, launches = cu.load_weight(ti), cu.zeros((T, 96)), []
+        w, y = cu.load_weight(ti), cu.zeros((T, 96))
         cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
         with _forced(cu, [Q.Q4_K]):
-            orig = cu._launch
-            cu._launch = lambda fn, *a: (launches.append(fn), orig(fn, *a))  # count what runs
-            try:
-                cu.matmul(w, rows, out=y)
-            finally:
-                cu._launch = orig
-        if len(launches) != 1:
-            return compare(name + " (quantize_x launched)", "exact", np.array([len(launches)]), np.array([1]))
+            n = count_launches(cu, lambda: cu.matmul(w, rows, out=y))
+        if n != 1:
+            return compare(name + " (quantize_x launched)", "exact", np.array([n]), np.array([1]))
         return compare(name + " wo", "matmul_q8", cu.to_host(y), matmul_q8_ref(ref.load_weight(ti).data, got.reshape(T, K)))
     return run
 

@@ -169,6 +169,18 @@ def fused_producer_case(kind: str, T: int, k: int, add: bool = False) -> Case:
     return run
 
 
+def count_launches(cu, fn) -> int:
+    """How many kernel launches fn() makes on cu (a fused producer's consumer must make exactly one)."""
+    launches = []
+    orig = cu._launch
+    cu._launch = lambda f, *a: (launches.append(f), orig(f, *a))
+    try:
+        fn()
+    finally:
+        cu._launch = orig
+    return len(launches)
+
+
 def fused_consumer_case(qts, T: int) -> Case:
     """fused rmsnorm -> q8 matmul_multi (no quantize_x launch in between) vs matmul_q8_ref of the norm's output."""
     def run(name, ref, cu, rng):
@@ -181,15 +193,9 @@ def fused_consumer_case(qts, T: int) -> Case:
         wd, ws = _dev(cu, w), [cu.load_weight(t) for t in tis]
         with _forced(cu, qts[:1]):
             cu.rmsnorm(xd, wd, 1e-6, out=xn)
-            launches = []
-            orig = cu._launch
-            cu._launch = lambda fn, *a: (launches.append(fn), orig(fn, *a))  # count what runs
-            try:
-                cu.matmul_multi(ws, xn, outs=outs)
-            finally:
-                cu._launch = orig
-        if len(launches) != 1:  # the fused producer's quantization must have been used
-            return compare(name, "exact", np.array([len(launches)]), np.array([1]))
+            n = count_launches(cu, lambda: cu.matmul_multi(ws, xn, outs=outs))
+        if n != 1:  # the fused producer's quantization must have been used
+            return compare(name, "exact", np.array([n]), np.array([1]))
         want = [matmul_q8_ref(ref.load_weight(t).data, cu.to_host(xn)) for t in tis]
         return compare(name, "matmul_q8", np.concatenate([cu.to_host(o).ravel() for o in outs]),
                        np.concatenate([v.ravel() for v in want]))

@@ -168,8 +168,8 @@ class MTPDrafter:
         """Greedy drafts to dst_ids[1 : 1 + k] with no host read: the pending target rows are fed
         (one batch, host rows in), each step's argmax is written on the device into the head's ids[0]
         (the next chained step's token) and copied to the target's verify ids. Each step replays a graph
-        captured per row count (GraphsByT; eager on the CPU): an eager one-layer step plus the head was
-        host-bound (~22 launches; an MTP round was 3.3 plain steps on the H200 at 7e558ea). Same stream
+        captured per row count (GraphsByT; eager on the CPU): an eager one-layer step plus the head is
+        ~22 launches from Python (an MTP round was 3.3 plain steps on the H200 at 7e558ea, eager). Same stream
         as the target (the head shares its ops), so no cross-stream ordering is needed."""
         from .device import DeviceIO, GraphsByT
 

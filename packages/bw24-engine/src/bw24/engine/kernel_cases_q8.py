@@ -202,6 +202,56 @@ def fused_consumer_case(qts, T: int) -> Case:
     return run
 
 
+class _norm_epi:
+    """Turn the fused output-projection + RMSNorm (CudaOps.norm_epilogue, BW24_NORM_EPI) on for a case."""
+
+    def __init__(self, cu):
+        self.cu = cu
+
+    def __enter__(self):
+        self.old = getattr(self.cu, "norm_epilogue", False)
+        self.cu.norm_epilogue = True
+
+    def __exit__(self, *exc):
+        self.cu.norm_epilogue = self.old
+
+
+def matmul_norm_case(qt, T: int, N: int, K: int, cfg) -> Case:
+    """matmul_norm on qmv8n (one launch): out = x W^T + residual vs matmul_q8_ref, norm_out vs the
+    reference rmsnorm of that out, the norm_out quantization in the q8 scratch == quantize_x's (N >=
+    2048: a q8 consumer); twice in a row (the ticket re-arms); and row t of the T-row launch == a T = 1
+    launch, out and norm_out bit for bit."""
+    def run(name, ref, cu, rng):
+        ti = _weight(qt, N, K, rng, name)
+        x, r = _x(rng, T, K), (rng.standard_normal((T, N)) * 4).astype(np.float32)
+        nw = (1 + 0.1 * rng.standard_normal(N)).astype(np.float32)
+        want = matmul_q8_ref(ref.load_weight(ti).data, x, None, r)
+        want_n = np.empty_like(want)
+        ref.rmsnorm(want, nw, 1e-6, out=want_n)
+        w, xd, nwd = cu.load_weight(ti), _dev(cu, x), _dev(cu, nw)
+        with _forced(cu, [qt], *cfg), _norm_epi(cu):
+            for _ in range(2):
+                out, nout = _dev(cu, r), cu.zeros((T, N))
+                n = count_launches(cu, lambda o=out, no=nout: cu.matmul_norm(w, xd, out=o, residual=o, norm=nwd,
+                                                                             eps=1e-6, norm_out=no))
+                got, got_n = cu.to_host(out), cu.to_host(nout)
+            if n != 2:  # quantize_x of x, then qmv8n
+                return compare(name + " (launches)", "exact", np.array([n]), np.array([2]))
+            res = compare(name, "matmul_q8", got, want)
+            res = res if not res.ok else compare(name + " norm", "elementw", got_n, want_n)
+            if res.ok and N >= 2048:
+                res = compare(name + " q8", "exact", _scratch_q8(cu, T, N), _want_q8(got_n))
+            if not res.ok:
+                return res
+            ones = []
+            for t in range(T):
+                o1, n1 = _dev(cu, r[t:t + 1]), cu.zeros((1, N))
+                cu.matmul_norm(w, xd[t:t + 1], out=o1, residual=o1, norm=nwd, eps=1e-6, norm_out=n1)
+                ones.append(np.concatenate([cu.to_host(o1), cu.to_host(n1)], axis=1))
+        return compare(name + " ==rows", "exact", np.concatenate(ones), np.concatenate([got, got_n], axis=1))
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for T, k, add in ((1, 4096, True), (5, 2048, False), (16, 5120, True), (1, 2048, False)):
         yield f"q8 fused rmsnorm T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
@@ -229,6 +279,11 @@ def cases() -> Iterator[tuple[str, Case]]:
                            (Q.Q5_K, (4, 4), False), (Q.Q4_K, (4, 8), True)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}" \
               f" T={','.join(map(str, VERIFY_TS))}", decode_verify_case(qt, cfg, multi)
+    # the output projection with the next RMSNorm in its last block (qmv8n): q8 consumer (N >= 2048) or not
+    for qt, T, N, K, cfg in ((Q.Q4_K, 1, 2048, 768, (4, 4)), (Q.Q4_K, 5, 4096, 4352, (4, 4)),
+                             (Q.Q6_K, 3, 2048, 768, (2, 2)), (Q.Q8_0, 9, 2048, 544, (4, 8)),
+                             (Q.Q4_0, 1, 544, 544, (1, 4)), (Q.Q4_K, 16, 1024, 768, (2, 2))):
+        yield f"q8 matmul_norm {qt.name:<5} N={N} K={K} W={cfg[0]} R={cfg[1]} T={T}", matmul_norm_case(qt, T, N, K, cfg)
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

@@ -171,11 +171,13 @@ class Transformer:
         o.matmul_multi((L.w_gate, L.w_up), b.x, outs=(b.g, b.u))
         o.glu(b.g, b.u, self.cfg.ffn_act, out=b.g)
 
-    def head(self, b: SimpleNamespace, T: int, last_only: bool) -> Any:
-        """Final norm and logits of the last row (or all rows)."""
+    def head(self, b: SimpleNamespace, T: int, last_only: bool, normed: bool = False) -> Any:
+        """Final norm and logits of the last row (or all rows); normed: b.x already holds every row's
+        final norm (the forward fused it into its last matmul_norm)."""
         o, c = self.ops, self.cfg
         rows = slice(T - 1, T) if last_only else slice(0, T)
-        o.rmsnorm(b.h[rows], self.w.output_norm, c.rms_eps, out=b.x[rows])
+        if not normed:
+            o.rmsnorm(b.h[rows], self.w.output_norm, c.rms_eps, out=b.x[rows])
         out = b.logits[: T - rows.start]
         o.logits(b.x[rows], self.w.output, c.final_softcap, out=out)  # [1 or T, V]
         return out

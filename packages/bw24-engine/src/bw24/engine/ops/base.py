@@ -109,6 +109,13 @@ class Ops(ABC):
         """out = x @ W^T (+ bias) (+ residual).  W [N, K], x [T, K], bias [N], residual/out [T, N];
         residual may alias out (the fused residual add of an output projection)."""
 
+    def matmul_norm(self, w: Any, x: Any, *, out: Any, residual: Any = None, norm: Any, eps: float,
+                    norm_out: Any) -> None:
+        """out = x @ W^T (+ residual), then norm_out = rmsnorm(out) * norm (the next block's input):
+        an output projection and the RMSNorm after it. A backend may fuse them (cuda: qmv8n)."""
+        self.matmul(w, x, out=out, residual=residual)
+        self.rmsnorm(out, norm, eps, out=norm_out)
+
     def matmul_multi(
         self, ws: Sequence[Any], x: Any, *, outs: Sequence[Any], biases: Sequence[Any] | None = None
     ) -> None:

@@ -50,6 +50,10 @@ class RowExactOps:
             self.base.matmul(w, x[t:t + 1], out=out[t:t + 1], bias=bias,
                              residual=None if residual is None else residual[t:t + 1])
 
+    def matmul_norm(self, w, x, *, out, residual=None, norm, eps, norm_out):
+        self.matmul(w, x, out=out, residual=residual)  # row by row, as a decode step's
+        self.rmsnorm(out, norm, eps, out=norm_out)
+
     def matmul_multi(self, ws, x, *, outs, biases=None):
         for t in range(x.shape[0]):
             self.base.matmul_multi(ws, x[t:t + 1], outs=[o[t:t + 1] for o in outs], biases=biases)

@@ -74,6 +74,9 @@ class CudaOps(Ops):
     # Attention writes its output's int8 quantization for a q8 wo (ops/cuda/attn.py): written after the
     # last GPU run of this stop, so off until kernel_check's "+q8 out" cases and the perf cells have run.
     attn_q8 = os.environ.get("BW24_ATTN_Q8", "0") == "1"
+    # The RMSNorm after an output projection run by that matvec's last block (matmul_norm, qmv8n): the
+    # same status, off until its kernel_check cases and the perf cells have run on a GPU.
+    norm_epilogue = os.environ.get("BW24_NORM_EPI", "0") == "1"
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -269,6 +272,26 @@ class CudaOps(Ops):
                           NULL if residual is None else residual, out, np.float32(softcap or 0.0)))
             return
         self._gemm(w, x, out, bias, residual, softcap)
+
+    def matmul_norm(self, w: QWeight, x, *, out, residual=None, norm, eps: float, norm_out):
+        """out = x W^T (+ residual), norm_out = rmsnorm(out) * norm. One launch (qmv8n: the matvec's last
+        block normalizes, ops/cuda/q8.py) for decode / verify rows on the q8 path when the backend turns
+        it on (norm_epilogue, BW24_NORM_EPI=1) and one block's threads cover a row in <= 64 floats each
+        (the table's W: not the 8B's one-warp Q6_K down projection); else matmul, then rmsnorm."""
+        T, K = x.shape
+        N = w.n
+        if self.norm_epilogue and T <= QMV_NT[-1] and N % 32 == 0 and norm.shape == (N,) \
+                and norm_out.shape == out.shape == (T, N) and norm_out.flags.c_contiguous and out.flags.c_contiguous \
+                and all(a.data.ptr % 16 == 0 for a in (out, norm, norm_out)):
+            path, W, R = self.qmv_configs.plan(w.qtype, N, K)
+            if path == "q8" and N <= 64 * 32 * W:
+                from . import q8
+
+                nt, R = self._verify_plan(path, T, R)
+                q8.matmul_norm(self, w, x, out, W, R, nt, residual, norm, eps, norm_out)
+                return
+        self.matmul(w, x, out=out, residual=residual)
+        self.rmsnorm(out, norm, eps, out=norm_out)
 
     def matmul_multi(self, ws, x, *, outs, biases=None):
         """Q/K/V or gate/up of one input in one launch (qmv3) when T <= 16 and K matches; the

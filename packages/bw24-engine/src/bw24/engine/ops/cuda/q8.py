@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .kernels import QMV_NT
+from .launch import Q8_MIN_K
 from .weights import NULL
 
 QX_WARPS = 8  # groups per quantize_x block (one warp each)
@@ -140,3 +141,22 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
     ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
+
+
+def matmul_norm(ops, w, x, out, W: int, R: int, nt: int, residual, nw, eps: float, nout) -> None:
+    """out = x W^T (+ residual) and nout = rmsnorm(out) * nw in one launch (qmv8n: the last block to
+    finish normalizes the T rows), with nout's int8 quantization left in the q8 scratch when its
+    consumer is a q8 matvec (N >= Q8_MIN_K, as rmsnorm decides): the consumer then skips quantize_x."""
+    T, K = x.shape
+    N = w.n
+    xq, xs = quantize(ops, x)
+    rows = nout.reshape(T, N)
+    quant = N >= Q8_MIN_K and fusable(rows)
+    nxq, nxs = buffers(ops, T, N) if quant else (NULL, NULL)  # the scratch xq was read from: see qmv8n
+    ticket = ops._buf("norm_ticket", 1, np.uint32, zeroed=True)  # re-armed by the kernel's last block
+    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8n<{w.fmt},{W},{R},{nt}>"), (math.ceil(N / R),), 32 * W,
+                (*w.args(), xq, xs, np.int32(K), np.int32(N), np.int32(T), NULL,
+                 NULL if residual is None else residual, out, np.float32(0.0), nw, np.float32(eps), nout, nxq,
+                 nxs, ticket))
+    if quant:
+        mark_ready(ops, rows)

@@ -25,10 +25,10 @@ def _k_for(qt) -> int:
 
 
 class _forced:
-    """Force {warps, rows, path: q8} for some quant types while a case runs."""
+    """Force {warps, rows, path} (q8 unless given) for some quant types while a case runs."""
 
-    def __init__(self, cu, qts, warps=4, rows=8):
-        self.cu, self.names, self.cfg = cu, sorted({q.name for q in qts}), {"warps": warps, "rows": rows, "path": "q8"}
+    def __init__(self, cu, qts, warps=4, rows=8, path="q8"):
+        self.cu, self.names, self.cfg = cu, sorted({q.name for q in qts}), {"warps": warps, "rows": rows, "path": path}
 
     def __enter__(self):
         for n in self.names:
@@ -216,7 +216,7 @@ class _norm_epi:
         self.cu.norm_epilogue = self.old
 
 
-def matmul_norm_case(qt, T: int, N: int, K: int, cfg) -> Case:
+def matmul_norm_case(qt, T: int, N: int, K: int, cfg, path: str = "q8") -> Case:
     """matmul_norm on qmv8n (one launch): out = x W^T + residual vs matmul_q8_ref, norm_out vs the
     reference rmsnorm of that out, the norm_out quantization in the q8 scratch == quantize_x's (N >=
     2048: a q8 consumer); twice in a row (the ticket re-arms); and row t of the T-row launch == a T = 1
@@ -225,21 +225,23 @@ def matmul_norm_case(qt, T: int, N: int, K: int, cfg) -> Case:
         ti = _weight(qt, N, K, rng, name)
         x, r = _x(rng, T, K), (rng.standard_normal((T, N)) * 4).astype(np.float32)
         nw = (1 + 0.1 * rng.standard_normal(N)).astype(np.float32)
-        want = matmul_q8_ref(ref.load_weight(ti).data, x, None, r)
+        dense = ref.load_weight(ti).data
+        want = matmul_q8_ref(dense, x, None, r) if path == "q8" else \
+            (x.astype(np.float64) @ np.asarray(dense, np.float64).T + r).astype(np.float32)
         want_n = np.empty_like(want)
         ref.rmsnorm(want, nw, 1e-6, out=want_n)
         w, xd, nwd = cu.load_weight(ti), _dev(cu, x), _dev(cu, nw)
-        with _forced(cu, [qt], *cfg), _norm_epi(cu):
+        with _forced(cu, [qt], *cfg, path=path), _norm_epi(cu):
             for _ in range(2):
                 out, nout = _dev(cu, r), cu.zeros((T, N))
                 n = count_launches(cu, lambda o=out, no=nout: cu.matmul_norm(w, xd, out=o, residual=o, norm=nwd,
                                                                              eps=1e-6, norm_out=no))
                 got, got_n = cu.to_host(out), cu.to_host(nout)
-            if n != 2:  # quantize_x of x, then qmv8n
-                return compare(name + " (launches)", "exact", np.array([n]), np.array([2]))
-            res = compare(name, "matmul_q8", got, want)
+            if n != (2 if path == "q8" else 1):  # (quantize_x of x, then) qmv8n / qmvn
+                return compare(name + " (launches)", "exact", np.array([n]), np.array([2 if path == "q8" else 1]))
+            res = compare(name, "matmul_q8" if path == "q8" else "matmul", got, want)
             res = res if not res.ok else compare(name + " norm", "elementw", got_n, want_n)
-            if res.ok and N >= 2048:
+            if res.ok and N >= 2048 and path == "q8":
                 res = compare(name + " q8", "exact", _scratch_q8(cu, T, N), _want_q8(got_n))
             if not res.ok:
                 return res
@@ -284,6 +286,8 @@ def cases() -> Iterator[tuple[str, Case]]:
                              (Q.Q6_K, 3, 2048, 768, (2, 2)), (Q.Q8_0, 9, 2048, 544, (4, 8)),
                              (Q.Q4_0, 1, 544, 544, (1, 4)), (Q.Q4_K, 16, 1024, 768, (2, 2))):
         yield f"q8 matmul_norm {qt.name:<5} N={N} K={K} W={cfg[0]} R={cfg[1]} T={T}", matmul_norm_case(qt, T, N, K, cfg)
+    for qt, T in ((Q.Q4_1, 1), (Q.Q4_K, 5)):  # the fp32-activation path (qmvn): smollm2 / qwen2.5's narrow rows
+        yield f"f32 matmul_norm {qt.name:<5} N=576 K=768 W=1 R=4 T={T}", matmul_norm_case(qt, T, 576, 768, (1, 4), "f32")
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

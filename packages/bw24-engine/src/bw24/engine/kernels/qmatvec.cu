@@ -16,6 +16,7 @@
 //
 // Bytes moved (HBM): the weight's repacked bytes once (e.g. Q4_K 4.625 bits/weight, Q8_0 8.5),
 // plus T*K*4 (x, from L1/L2) plus T*N*4 (out) [+ T*N*4 residual].
+#include "norm_tail.cuh"
 #include "qdot.cuh"
 
 template <int FMT, int W, int R, int NT>
@@ -65,6 +66,20 @@ qmv(const void* __restrict__ pa, const void* __restrict__ pb, const void* __rest
     const float* __restrict__ bias, const float* residual, float* out, float softcap) {
     __shared__ float red[W * R * NT];
     qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
+}
+
+// qmv with the next RMSNorm run by its last block (norm_tail.cuh; ops/cuda/backend.py matmul_norm):
+// nout = rmsnorm(out) * nw for an fp32-activation consumer (small models' narrow rows).
+template <int FMT, int W, int R, int NT>
+__global__ void __launch_bounds__(W * 32)
+qmvn(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
+     const void* __restrict__ pd, const float* __restrict__ x, int K, int N, int T,
+     const float* __restrict__ bias, const float* residual, float* out, float softcap,
+     const float* __restrict__ nw, float eps, float* nout, unsigned* ticket) {
+    __shared__ float red[W * R * NT];
+    __shared__ bool last;
+    qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
+    if (last_block(ticket, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nullptr, nullptr);
 }
 
 // Up to three weights [N0|N1|N2, K] of one input; nb0 / nb1 = blocks of the first two (N2 may be 0).

@@ -19,6 +19,7 @@
 // Bytes moved (HBM): the repacked weight once, plus T*K*1.25 of xq (L2/L1) and T*N*4 out.
 // quantize_x: T*K*4 read, T*K*1.25 written (quant_x.cuh: the arithmetic, shared with the fused
 // producers rmsnorm_reg (norm.cu, given xq) and glu_q8 below, which save its launch).
+#include "norm_tail.cuh"
 #include "qdot_q8.cuh"
 #include "quant_x.cuh"
 
@@ -138,67 +139,7 @@ qmv8_3(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int
                                 (b - nb0 - nb1) * R, red);
 }
 
-// ---- qmv8n: qmv8 with the next RMSNorm behind it (ops/cuda/q8.py matmul_norm) -------------------------
-// After every block has written its rows of out [T, N] (the residual stream), the last block to finish
-// normalizes the T rows: nout = out * rsqrt(mean(out^2) + eps) * nw, and, given nxq, nout's int8
-// quantization (quant_x.cuh, quantize_x's bits) for a q8 consumer. One launch per norm fewer (the 8B
-// decodes 73 rmsnorm launches per token: 233 us of kernel time at 76f0f51, plus their gaps).
-// The last block is found as in attention.cu's fused pass 2: each block fences its writes, then takes a
-// ticket; the one that takes gridDim.x - 1 reads the others' rows (__ldcg: not through its L1) and
-// re-arms the ticket for the next launch (graph replay). Its threads walk the T rows' float4s together
-// (thread i: vectors i, i + blockDim, ... of each row), so a row's sum of squares has one order for any
-// T: decode == verify, bit for bit. nxq may be the very scratch xq was read from: every block finished
-// reading before the last block starts writing.
-template <int NT>
-__device__ __forceinline__ void norm_rows_last(const float* out, int N, int T, const float* __restrict__ nw,
-                                               float eps, float* nout, i8* nxq, int2* nxs) {
-    __shared__ float nred[NT][32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
-    float ss[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) ss[t] = 0.f;
-    for (int i = 4 * threadIdx.x; i < N; i += 4 * blockDim.x) {
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < T) {
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(out + (i64)t * N + i));
-                ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const float v = warp_sum(ss[t]);
-        if (lane == 0) nred[t][w] = v;
-    }
-    __syncthreads();
-    float r[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        float s = 0.f;
-        for (int u = 0; u < nwarp; ++u) s += nred[t][u];  // warp order, the same in every thread
-        r[t] = rsqrtf(s / (float)N + eps);
-    }
-    for (int base = 0; base < N; base += 4 * blockDim.x) {  // uniform trip count: quant's full-warp shuffles
-        const int i = base + 4 * threadIdx.x;
-        const bool valid = i < N;  // whole 8-lane groups (N % 32 == 0)
-        const float4 wv = valid ? *reinterpret_cast<const float4*>(nw + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < T) {
-                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-                const i64 o = (i64)t * N + i;
-                if (valid) {
-                    const float4 v = __ldcg(reinterpret_cast<const float4*>(out + o));
-                    y = make_float4(v.x * r[t] * wv.x, v.y * r[t] * wv.y, v.z * r[t] * wv.z, v.w * r[t] * wv.w);
-                    *reinterpret_cast<float4*>(nout + o) = y;
-                }
-                if (nxq) quant_group8x4(y, valid, nxq + o, nxs + (o >> 5));
-            }
-        }
-    }
-}
-
+// ---- qmv8n: qmv8 with the next RMSNorm behind it (ops/cuda/q8.py matmul_norm; norm_tail.cuh) ------
 template <int FMT, int W, int R, int NT>
 __global__ void __launch_bounds__(W * 32)
 qmv8n(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
@@ -209,12 +150,5 @@ qmv8n(const void* __restrict__ pa, const void* __restrict__ pb, const void* __re
     __shared__ bool last;
     qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, bias, residual, out, softcap,
                              blockIdx.x * R, red);
-    __threadfence();  // this block's rows are visible device-wide before its ticket says so
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) *ticket = 0u;
-    norm_rows_last<NT>(out, N, T, nw, eps, nout, nxq, nxs);
+    if (last_block(ticket, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nxq, nxs);
 }

@@ -274,21 +274,28 @@ class CudaOps(Ops):
         self._gemm(w, x, out, bias, residual, softcap)
 
     def matmul_norm(self, w: QWeight, x, *, out, residual=None, norm, eps: float, norm_out):
-        """out = x W^T (+ residual), norm_out = rmsnorm(out) * norm. One launch (qmv8n: the matvec's last
-        block normalizes, ops/cuda/q8.py) for decode / verify rows on the q8 path when the backend turns
-        it on (norm_epilogue, BW24_NORM_EPI=1) and one block's threads cover a row in <= 64 floats each
-        (the table's W: not the 8B's one-warp Q6_K down projection); else matmul, then rmsnorm."""
+        """out = x W^T (+ residual), norm_out = rmsnorm(out) * norm. One launch (the matvec's last block
+        normalizes: qmv8n on the q8 path, ops/cuda/q8.py; qmvn on the f32 path) for decode / verify rows
+        when the backend turns it on (norm_epilogue, BW24_NORM_EPI=1) and one block's threads cover a row
+        in <= 64 floats each (the table's W: not the 8B's one-warp Q6_K down projection); else matmul,
+        then rmsnorm."""
         T, K = x.shape
         N = w.n
         if self.norm_epilogue and T <= QMV_NT[-1] and N % 32 == 0 and norm.shape == (N,) \
                 and norm_out.shape == out.shape == (T, N) and norm_out.flags.c_contiguous and out.flags.c_contiguous \
                 and all(a.data.ptr % 16 == 0 for a in (out, norm, norm_out)):
             path, W, R = self.qmv_configs.plan(w.qtype, N, K)
-            if path == "q8" and N <= 64 * 32 * W:
-                from . import q8
-
+            if N <= 64 * 32 * W:
                 nt, R = self._verify_plan(path, T, R)
-                q8.matmul_norm(self, w, x, out, W, R, nt, residual, norm, eps, norm_out)
+                if path == "q8":
+                    from . import q8
+
+                    q8.matmul_norm(self, w, x, out, W, R, nt, residual, norm, eps, norm_out)
+                    return
+                ticket = self._buf("norm_ticket", 1, np.uint32, zeroed=True)  # re-armed by the last block
+                self._launch(self._k("qmatvec.cu", f"qmvn<{w.fmt},{W},{R},{nt}>"), (math.ceil(N / R),), 32 * W,
+                             (*w.args(), x, _i32(K), _i32(N), _i32(T), NULL, NULL if residual is None else residual,
+                              out, np.float32(0.0), norm, np.float32(eps), norm_out, ticket))
                 return
         self.matmul(w, x, out=out, residual=residual)
         self.rmsnorm(out, norm, eps, out=norm_out)

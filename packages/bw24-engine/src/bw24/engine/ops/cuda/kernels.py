@@ -26,6 +26,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "qmatvec.cu": tuple(f"qmv<{f},{w},{r},1>" for f in (3, 4, 7, 9) for w, r in QMV_CONFIGS[:4])
     + tuple(f"qmv<{f},{w},2,1>" for f in (0, 1, 2, 5, 6, 8) for w in (1, 4))
     + tuple(f"qmv<{f},4,1,{nt}>" for f in (3, 7, 9) for nt in QMV_NT[1:])
+    + ("qmvn<3,1,4,1>", "qmvn<7,1,4,1>", "qmvn<3,1,1,5>")  # matmul_norm (BW24_NORM_EPI), fp32 activations
     + ("qmv3<7,7,7,4,8,1>", "qmv3<7,7,9,4,8,1>", "qmv3<3,3,3,4,8,1>", "qmv3<4,4,4,4,8,1>", "qmv3<7,7,7,1,4,1>")
     + tuple(f"dequant_rows<{f}>" for f in range(10)),
     # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;

@@ -12,6 +12,9 @@
 // the group's 32 quantized activations (32 B + 8 B, L1-cached: shared by all blocks of an SM) once
 // per token for the R rows. Each thread touches a group of x only once, so staging x in shared
 // memory would buy no reuse; reading it straight from L1 keeps K and NT free of smem limits.
+// A verify launch (T > 1 tokens, ops/cuda/q8.py verify_rows / q8_nt) unpacks each row's codes of a group
+// once (GCodes) and meets every token's activations with all R rows: the activation bytes per weight
+// byte fall with R, which is what bounds it (L1, evidence/ncu_h200_5dd78dc_T5.txt).
 // Partial sums: warp shuffle tree, then across warps in warp order. The summation order depends on
 // (W, K) only, never on R or T, and quantize_x is per (t, g): row t of a T-token launch is
 // bit-identical to the T = 1 launch (speculative verify == decode).
@@ -98,7 +101,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
             for (int r = 0; r < R; ++r) unpack_codes<FMT>(raw[r], cd[r]);
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                if (NT <= QMV8_NT_EXACT || t < T) {  // exact NT: T == NT (the bucket above checks)
+                if (NT <= QMV8_NT_EXACT || t < T) {  // NT <= 8 is launched with T == NT; the 16 bucket skips t >= T
                     XQ xg;
                     load_xq(xq, xs, t, K, g, xg);
 #pragma unroll

@@ -51,3 +51,13 @@ def test_acceptance_drop_fails_even_when_faster():
 def test_no_history_is_new_not_fail():
     assert check_row([], row(1.0)).status == "new"
     assert worst(check_rows([], [row(1.0)])) == "new"
+
+
+def test_opt_in_variants_keep_their_own_baseline():
+    """A row run with an opt-in path (BW24_ATTN_Q8, ...) is judged against rows of the same variant only:
+    a faster opt-in run must not become the plain cell's baseline, and vice versa."""
+    h = [row(100.0)] * 5 + [row(120.0, opt_in=["attn_q8"])] * 5
+    plain, opt = check_row(h, row(99.0)), check_row(h, row(113.0, opt_in=["attn_q8"]))
+    assert plain.baseline == 100.0 and plain.status == "pass"
+    assert opt.baseline == 120.0 and opt.status == "fail" and "+attn_q8" in opt.message
+    assert check_row(h, row(100.0, opt_in=["norm_epi"])).status == "new"

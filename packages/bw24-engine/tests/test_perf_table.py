@@ -47,3 +47,11 @@ def test_write_without_markers_is_a_typed_error(tmp_path, body):
     with pytest.raises(TableMarkersError, match="perf-table"):
         write_table(p, ROWS)
     assert p.read_text() == body
+
+
+def test_render_keeps_opt_in_variants_apart():
+    plain = dict(ROWS[1])
+    opt = dict(ROWS[1], decode_tok_s=530.0, opt_in=["attn_q8", "norm_epi"])
+    t = render_table([plain, opt])
+    assert "| 512.5 |" in t and "| 530.0 |" in t
+    assert "| f16 +attn_q8 +norm_epi |" in t and "| f16 |" in t

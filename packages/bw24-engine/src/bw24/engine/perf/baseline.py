@@ -1,4 +1,4 @@
-"""The rolling baseline: per device+cell, the median of its last 5 rows before this run. A headline
+"""The rolling baseline: per device+cell (and opt-in variant), the median of its last 5 rows before this run. A headline
 speed drop > 3% fails, > 1.5% warns; a speculative cell's acceptance drop > 0.05 fails."""
 
 from __future__ import annotations
@@ -28,15 +28,23 @@ class Verdict:
     message: str
 
 
-def baseline_of(history: list[dict], device: str, cell: str, key=headline) -> tuple[float | None, int]:
-    vals = [key(r) for r in history if r.get("device") == device and r.get("cell") == cell]
+def variant(row: dict) -> tuple[str, ...]:
+    """The opt-in paths a row ran with (none for rows written before they existed)."""
+    return tuple(row.get("opt_in") or ())
+
+
+def baseline_of(history: list[dict], device: str, cell: str, key=headline,
+                opt_in: tuple[str, ...] = ()) -> tuple[float | None, int]:
+    vals = [key(r) for r in history if r.get("device") == device and r.get("cell") == cell and variant(r) == opt_in]
     vals = [v for v in vals if isinstance(v, int | float)][-WINDOW:]
     return (float(statistics.median(vals)) if vals else None), len(vals)
 
 
 def check_row(history: list[dict], row: dict) -> Verdict:
-    dev, cell, v = row.get("device", "?"), row.get("cell", "?"), headline(row)
-    base, n = baseline_of(history, dev, cell)
+    dev, cell, v, opt = row.get("device", "?"), row.get("cell", "?"), headline(row), variant(row)
+    base, n = baseline_of(history, dev, cell, opt_in=opt)
+    if opt:
+        cell = f"{cell} +{' +'.join(opt)}"
     if base is None or v is None or base <= 0:
         return Verdict(cell, dev, "new", v, base, None, f"{cell}: no baseline on {dev} yet")
     drop = (base - v) / base
@@ -44,7 +52,7 @@ def check_row(history: list[dict], row: dict) -> Verdict:
     msg = (f"{cell}: {v:.4g} tok/s vs baseline {base:.4g} (median of last {n}) = "
            f"{-100 * drop:+.2f}% [{status.upper()}]")
     if row.get("acceptance") is not None:
-        abase, _ = baseline_of(history, dev, cell, key=lambda r: r.get("acceptance"))
+        abase, _ = baseline_of(history, dev, row.get("cell", "?"), key=lambda r: r.get("acceptance"), opt_in=opt)
         if abase is not None and abase - row["acceptance"] > ACCEPT_FAIL_DROP:
             status = "fail"
             msg += f"; acceptance {row['acceptance']:.3f} vs baseline {abase:.3f} [FAIL]"

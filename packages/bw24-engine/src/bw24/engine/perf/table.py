@@ -1,11 +1,11 @@
 """The README's table of cells, regenerated from perf.jsonl (never typed by hand): the latest row of
-each device+cell, between `<!-- perf-table:begin -->` and `<!-- perf-table:end -->`."""
+each device+cell (and opt-in variant: the KV column names its opt-ins), between `<!-- perf-table:begin -->` and `<!-- perf-table:end -->`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .baseline import headline
+from .baseline import headline, variant
 from .errors import TableMarkersError
 
 BEGIN = "<!-- perf-table:begin -->"
@@ -25,19 +25,19 @@ def _gib(v) -> str:
 
 
 def render_table(rows: list[dict], device: str | None = None) -> str:
-    latest: dict[tuple[str, str], dict] = {}
+    latest: dict[tuple[str, str, tuple[str, ...]], dict] = {}
     for r in rows:
         if device is None or r.get("device") == device:
-            latest[(r.get("device", "?"), r.get("cell", "?"))] = r  # file order: later rows win
+            latest[(r.get("device", "?"), r.get("cell", "?"), variant(r))] = r  # file order: later rows win
     lines = [HEADER]
-    for (dev, cell), r in sorted(latest.items()):
+    for (dev, cell, opt), r in sorted(latest.items()):
         llama = r.get("llama") or {}
         commit = r.get("git", "?") + ("+" if r.get("dirty") else "")
         if llama.get("build_commit"):
             commit += f" / llama.cpp {llama['build_commit']}"
         lines.append(f"| {cell} | {_num(headline(r), ',.1f')} | {_num(r.get('llama_tok_s'), ',.1f')} | "
                      f"{_num(r.get('ratio'), '.2f')}{'x' if r.get('ratio') else ''} | "
-                     f"{_num(r.get('roofline_pct'), '.1f')} | {KV_NAMES.get(r.get('kv_dtype', 'float32'), '?')} | "
+                     f"{_num(r.get('roofline_pct'), '.1f')} | {KV_NAMES.get(r.get('kv_dtype', 'float32'), '?')}{''.join(f' +{o}' for o in opt)} | "
                      f"{_gib(r.get('vram_peak_bytes'))} / "
                      f"{_gib(llama.get('vram_peak_bytes'))} | {str(r.get('time', '?'))[:10]} | {dev} | {commit} |")
     if len(lines) == 1:

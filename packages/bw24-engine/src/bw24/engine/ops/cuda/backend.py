@@ -78,6 +78,10 @@ class CudaOps(Ops):
     # same status, off until its kernel_check cases and the perf cells have run on a GPU.
     norm_epilogue = os.environ.get("BW24_NORM_EPI", "0") == "1"
 
+    def opt_in(self) -> list[str]:
+        """The opt-in paths on (perf rows record them: a variant of the cell, never mixed into its baseline)."""
+        return [name for name, on in (("attn_q8", self.attn_q8), ("norm_epi", self.norm_epilogue)) if on]
+
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
         from bw24.runtime import new_stream, require_gpu

@@ -83,8 +83,9 @@ log=lambda s: None))" "$m")
     t=$(echo "$1" | tr ',' '_')
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
-  with)  # with VAR=VALUE STAGE ARGS: that stage with the variable set (an opt-in path); logs under /tmp/r/VAR_VALUE
-    export "$1" BW24_R=/tmp/r/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;
+  with)  # with VAR=VALUE STAGE ARGS: that stage with the variable set (an opt-in path); logs under $R/VAR_VALUE
+    # (nested: `with A=1 with B=1 perf ...` logs under /tmp/r/A_1/B_1; perf rows still go to /tmp/r/perf.jsonl)
+    export "$1" BW24_R=$R/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;
   f32)  # the next stage with a float32 KV cache (BW24_KV_DTYPE=f32; f16 is the default); logs under /tmp/r/f32
     export BW24_KV_DTYPE=f32 BW24_R=/tmp/r/f32; exec bash "$0" "$SHA" "$@" ;;
   vsweep)

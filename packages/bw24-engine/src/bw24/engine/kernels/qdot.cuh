@@ -73,7 +73,7 @@ __device__ __forceinline__ void load_group(const Planes& p, i64 row, int g, int 
     } else {
         r.v[0] = ld_stream((const u8*)p.a + row * (K >> 1) + 16 * g);
     }
-    load_scales<FMT>(p, row, g, K, r);  // after the main plane, as before the split (same code)
+    load_scales<FMT>(p, row, g, K, r);  // issued after the main plane's streaming loads
 }
 
 __host__ __device__ constexpr float p2(int e) {

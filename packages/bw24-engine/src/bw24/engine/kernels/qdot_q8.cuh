@@ -61,19 +61,6 @@ __device__ __forceinline__ void nib_codes(u32 w, const GRaw<FMT>& r, int k, u32&
     }
 }
 
-// I0 (columns < 16) and I1 (>= 16) for the 4/5/6-bit codes.
-template <int FMT>
-__device__ __forceinline__ void nib_idot(const GRaw<FMT>& r, const XQ& x, int& a, int& b) {
-    const u32 w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        u32 lo, hi;
-        nib_codes<FMT>(w[k], r, k, lo, hi);
-        a = __dp4a((int)lo, x.v[k], a);
-        b = __dp4a((int)hi, x.v[4 + k], b);
-    }
-}
-
 // (float)v, exactly as I2F gives it, for |v| < 2^22 (both are exact there): v added to the bits of
 // 1.5 * 2^23 lands in its mantissa (one ulp = 1), and the FADD removes that offset. Two full-rate ops
 // instead of a conversion at 16/clk/SM: with T tokens per weight group a verify launch converts T
@@ -130,7 +117,7 @@ __device__ __forceinline__ void unpack_codes(const GRaw<FMT>& r, GCodes& c) {
     }
 }
 
-// group_dot_q8 on unpacked codes: the same exact integers a, b, then the same group_float_q8 (same bits).
+// The exact integer dots a, b of unpacked codes, then group_float_q8 (decode and verify: the same bits).
 template <int FMT>
 __device__ __forceinline__ float codes_dot_q8(const GCodes& c, const GRaw<FMT>& r, const XQ& x) {
     int a = 0, b = 0;
@@ -142,21 +129,10 @@ __device__ __forceinline__ float codes_dot_q8(const GCodes& c, const GRaw<FMT>& 
     return group_float_q8<FMT>(r, x, a, b);
 }
 
+// One group of one row against one token's activations (decode): the codes unpacked, then the dot.
 template <int FMT>
 __device__ __forceinline__ float group_dot_q8(const GRaw<FMT>& r, const XQ& x) {
-    static_assert(q8_ok<FMT>(), "the q8 path handles the quantized formats only");
-    int a = 0, b = 0;
-    if constexpr (FMT == FMT_Q8_0) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            int& acc = i == 0 ? a : b;
-            acc = __dp4a((int)r.v[i].x, x.v[4 * i], acc);
-            acc = __dp4a((int)r.v[i].y, x.v[4 * i + 1], acc);
-            acc = __dp4a((int)r.v[i].z, x.v[4 * i + 2], acc);
-            acc = __dp4a((int)r.v[i].w, x.v[4 * i + 3], acc);
-        }
-    } else {
-        nib_idot<FMT>(r, x, a, b);
-    }
-    return group_float_q8<FMT>(r, x, a, b);
+    GCodes c;
+    unpack_codes<FMT>(r, c);
+    return codes_dot_q8<FMT>(c, r, x);
 }

@@ -20,7 +20,6 @@ import numpy as np
 from ...errors import UnsupportedModelError
 from . import q8
 from .kernels import ATTN_CHUNKS, kv_arg  # CH values CI compiles (tuning-table choices)
-from .launch import Q8_MIN_K
 from .weights import NULL
 
 ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
@@ -89,11 +88,11 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     ch, ns = attn_geometry(tuning, S, Hkv, override=override)
     fused = fuse_combine(tuning, override)
     rows = out.reshape(T, H * Dv)
-    # decode/verify rows feeding a q8 output projection (K = H*Dv >= Q8_MIN_K, as rmsnorm decides for
-    # its consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
+    # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
+    # consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
     # skips its quantize_x launch (not with the fused pass 2, whose last block does not quantize). Opt-in
     # (CudaOps.attn_q8, BW24_ATTN_Q8=1) until a GPU session has run its kernel_check cases and perf cells.
-    quant = getattr(cu, "attn_q8", False) and not fused and H * Dv >= Q8_MIN_K and q8.fusable(rows)
+    quant = getattr(cu, "attn_q8", False) and not fused and q8.feeds_q8(rows)
     xq, xs = q8.buffers(cu, T, H * Dv) if quant else (NULL, NULL)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)

@@ -291,18 +291,17 @@ class CudaOps(Ops):
             path, W, R = self.qmv_configs.plan(w.qtype, N, K)
             if N <= 64 * 32 * W:
                 nt, R = self._verify_plan(path, T, R)
+                ticket = self._buf("norm_ticket", 1, np.uint32, zeroed=True)  # re-armed by the last block
                 if path == "q8":
                     from . import q8
 
-                    q8.matmul_norm(self, w, x, out, W, R, nt, residual, norm, eps, norm_out)
+                    q8.matmul_norm(self, w, x, out, W, R, nt, residual, norm, eps, norm_out, ticket)
                     return
-                ticket = self._buf("norm_ticket", 1, np.uint32, zeroed=True)  # re-armed by the last block
                 self._launch(self._k("qmatvec.cu", f"qmvn<{w.fmt},{W},{R},{nt}>"), (math.ceil(N / R),), 32 * W,
                              (*w.args(), x, _i32(K), _i32(N), _i32(T), NULL, NULL if residual is None else residual,
                               out, np.float32(0.0), norm, np.float32(eps), norm_out, ticket))
                 return
-        self.matmul(w, x, out=out, residual=residual)
-        self.rmsnorm(out, norm, eps, out=norm_out)
+        Ops.matmul_norm(self, w, x, out=out, residual=residual, norm=norm, eps=eps, norm_out=norm_out)  # two launches
 
     def matmul_multi(self, ws, x, *, outs, biases=None):
         """Q/K/V or gate/up of one input in one launch (qmv3) when T <= 16 and K matches; the

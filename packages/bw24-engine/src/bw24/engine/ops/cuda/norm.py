@@ -12,7 +12,6 @@ import numpy as np
 
 from . import q8
 from .kernels import NORM_NV, kv_elem  # vectors per thread held in registers (rmsnorm_reg<VW, NV>)
-from .launch import Q8_MIN_K
 from .weights import NULL
 
 NORM_THREADS = 512  # at most 512 threads per row (norm.cu launch bounds); more values per thread beyond
@@ -48,7 +47,7 @@ def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
         cu._launch(cu._k("norm.cu", name), (x.size // K,), block, args)
         return
     rows = out.reshape(-1, K)
-    fuse = name.startswith("rmsnorm_reg<4,") and K >= Q8_MIN_K and q8.fusable(rows)
+    fuse = name.startswith("rmsnorm_reg<4,") and q8.feeds_q8(rows)
     xq, xs = q8.buffers(cu, *rows.shape) if fuse else (NULL, NULL)
     cu._launch(cu._k("norm.cu", name), (x.size // K,), block, (*args, xq, xs))
     if fuse:

@@ -92,15 +92,13 @@ class MTPDrafter:
         self.pending = np.concatenate([self.pending, np.asarray(hidden, np.float32)], axis=0)
         self.head.kv.reset(len(ctx) - 1 - self.pending.shape[0])  # keep entries built from true rows
 
-    def _run(self, ids, h_rows, normed: bool, host: bool = True):
-        """Feed T pairs (token, hidden) at the head's kv.pos; host logits of the last row, or (host
-        False) the device row [1, V]. ids None: the token is already in the head's ids[0] (T = 1)."""
+    def _run(self, ids, h_rows, normed: bool):
+        """Feed T pairs (token, hidden) at the head's kv.pos; host logits of the last row (the host
+        path, propose; propose_into replays _step's graphs)."""
         m, o = self.head, self.ops
-        T = 1 if ids is None else len(ids)
+        T = len(ids)
         m.kv.reserve(T)
-        b = m.buf.view(T)
-        if ids is not None:
-            o.copy_from_host(b.ids, np.asarray(ids, np.int32))
+        o.copy_from_host(m.buf.view(T).ids, np.asarray(ids, np.int32))
         hbuf = m.ops.h[:T]
         # cuda: array assignments here and in _NextNInputOps.embed must run on the ops' stream (a
         # non-blocking stream does not order with CuPy's default one)
@@ -112,7 +110,7 @@ class MTPDrafter:
             if not normed:  # the target's rows: apply its output norm (h_i after the final norm)
                 o.rmsnorm(hbuf, self.out_norm, self.cfg.rms_eps, out=hbuf)
             out = m.forward(T, last_only=True)
-        return o.to_host(out)[-1] if host else out
+        return o.to_host(out)[-1]
 
     def propose(self, ctx, k, params=None, hidden=None) -> Draft:
         m = self.head

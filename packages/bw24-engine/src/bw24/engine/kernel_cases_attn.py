@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .kernel_check import Result, compare
+from .kernel_check import Result, compare, setting
 from .ops.cuda.attn import ATTN_CHUNK, default_max_splits
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
@@ -82,12 +82,8 @@ def attn_rows_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) ->
 def fused(case: Case) -> Case:
     """Run a case with pass 2 fused into attn_split (ops/cuda/attn.fuse_combine)."""
     def run(name, ref, cu, rng):
-        old = getattr(cu, "attn_override", None)
-        cu.attn_override = {**(old or {}), "fuse_combine": 1}
-        try:
+        with setting(cu, "attn_override", {**(getattr(cu, "attn_override", None) or {}), "fuse_combine": 1}):
             return case(name, ref, cu, rng)
-        finally:
-            cu.attn_override = old
     return run
 
 
@@ -122,12 +118,8 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
         kw = dict(scale=D ** -0.5, softcap=None, window=None)
         q, kd, vd, want = _attn_ref(ref, rng, T, Hkv, G, D, p0, half, kw)
         out = cu.zeros(q.shape)
-        old = getattr(cu, "attn_q8", False)
-        cu.attn_q8 = True  # the opt-in fusion (BW24_ATTN_Q8) on for this case
-        try:
+        with setting(cu, "attn_q8", True):  # the opt-in fusion (BW24_ATTN_Q8) on for this case
             return _check(name, ref, cu, rng, q, kd, vd, kw, want, out)
-        finally:
-            cu.attn_q8 = old
 
     def _check(name, ref, cu, rng, q, kd, vd, kw, want, out):
         from gguf.constants import GGMLQuantizationType as Q

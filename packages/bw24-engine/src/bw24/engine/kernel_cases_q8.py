@@ -13,7 +13,7 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
 from .kernel_cases import Case, _dev, _weight
-from .kernel_check import compare
+from .kernel_check import compare, setting
 from .ops.cuda.q8 import matmul_q8_ref, quantize_x_ref, unpack_xs
 
 Q8_FORMATS = (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_K)
@@ -116,14 +116,10 @@ def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) ->
                 cu.matmul(ws[0], xx, out=outs[0])
             return np.concatenate([cu.to_host(o) for o in outs], axis=1)
 
-        old = cu.verify_rows
         with _forced(cu, [qt], *cfg):
             ones = np.concatenate([mm(x[t:t + 1], 1) for t in range(16)])
-            cu.verify_rows = rows
-            try:
+            with setting(cu, "verify_rows", rows):
                 many = np.concatenate([mm(x[:T], T) for T in VERIFY_TS])
-            finally:
-                cu.verify_rows = old
         want = np.concatenate([ones[:T] for T in VERIFY_TS])
         return compare(name, "exact", many, want)
     return run
@@ -202,20 +198,6 @@ def fused_consumer_case(qts, T: int) -> Case:
     return run
 
 
-class _norm_epi:
-    """Turn the fused output-projection + RMSNorm (CudaOps.norm_epilogue, BW24_NORM_EPI) on for a case."""
-
-    def __init__(self, cu):
-        self.cu = cu
-
-    def __enter__(self):
-        self.old = getattr(self.cu, "norm_epilogue", False)
-        self.cu.norm_epilogue = True
-
-    def __exit__(self, *exc):
-        self.cu.norm_epilogue = self.old
-
-
 def matmul_norm_case(qt, T: int, N: int, K: int, cfg, path: str = "q8") -> Case:
     """matmul_norm on qmv8n (one launch): out = x W^T + residual vs matmul_q8_ref, norm_out vs the
     reference rmsnorm of that out, the norm_out quantization in the q8 scratch == quantize_x's (N >=
@@ -231,7 +213,7 @@ def matmul_norm_case(qt, T: int, N: int, K: int, cfg, path: str = "q8") -> Case:
         want_n = np.empty_like(want)
         ref.rmsnorm(want, nw, 1e-6, out=want_n)
         w, xd, nwd = cu.load_weight(ti), _dev(cu, x), _dev(cu, nw)
-        with _forced(cu, [qt], *cfg, path=path), _norm_epi(cu):
+        with _forced(cu, [qt], *cfg, path=path), setting(cu, "norm_epilogue", True):  # BW24_NORM_EPI
             for _ in range(2):
                 out, nout = _dev(cu, r), cu.zeros((T, N))
                 n = count_launches(cu, lambda o=out, no=nout: cu.matmul_norm(w, xd, out=o, residual=o, norm=nwd,

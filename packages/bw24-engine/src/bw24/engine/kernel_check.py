@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,17 @@ class Result:
     def line(self) -> str:
         return (f"{self.case:<52} maxdiff={self.maxdiff:.3e} rel={self.rel:.3e} tol={TOL[self.cls]:.0e} "
                 f"{'OK' if self.ok else 'FAIL'}")
+
+
+@contextmanager
+def setting(obj, name: str, value) -> Iterator[None]:
+    """obj.<name> = value while a case runs (an opt-in path, a workbench override), then as it was."""
+    old = getattr(obj, name, None)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
 
 
 def compare(case: str, cls: str, got: np.ndarray, ref: np.ndarray) -> Result:

@@ -95,15 +95,12 @@ def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) ->
         kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
         qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
         sep, fz = cu.zeros(q.shape), [cu.zeros(q.shape) for _ in range(2)]
-        old = getattr(cu, "attn_override", None)
-        try:  # both arms on the geometry in force: the override layers fuse_combine over the table
-            cu.attn_override = {**(old or {}), "fuse_combine": 0}
+        base = getattr(cu, "attn_override", None) or {}  # both arms on the geometry in force: the override
+        with setting(cu, "attn_override", {**base, "fuse_combine": 0}):  # layers fuse_combine over the table
             cu.attention(qd, kd, vd, _pos(cu, p0), out=sep, **kw)
-            cu.attn_override = {**(old or {}), "fuse_combine": 1}
+        with setting(cu, "attn_override", {**base, "fuse_combine": 1}):
             for o in fz:
                 cu.attention(qd, kd, vd, _pos(cu, p0), out=o, **kw)
-        finally:
-            cu.attn_override = old
         want = cu.to_host(sep)
         return compare(name, "exact", np.concatenate([cu.to_host(o) for o in fz]), np.concatenate([want, want]))
     return run

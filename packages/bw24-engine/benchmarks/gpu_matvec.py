@@ -41,16 +41,18 @@ def _names() -> list[str]:
     return sorted(set(sweep) | set(COMPILE_SET["qmatvec.cu"]))
 
 
-def _compile_one(job: tuple[str, str]) -> str:
-    """(kernel file, template instance or "" for the plain module) -> compiled into the on-disk cache."""
+def _compile_one(job: tuple) -> str:
+    """(kernel file, template instance or "" for the plain module[, defines as (name, value) pairs]) ->
+    compiled into the on-disk cache (the key get_kernel(file, name, defines) looks up)."""
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin, device_info
 
-    compile_cubin(KERNEL_DIR / job[0], device_info().arch, {}, (job[1],) if job[1] else ())
+    defines = dict(job[2]) if len(job) > 2 else {}
+    compile_cubin(KERNEL_DIR / job[0], device_info().arch, defines, (job[1],) if job[1] else ())
     return job[1]
 
 
-def precompile(jobs: list[tuple[str, str]], summary: list[str]) -> None:
+def precompile(jobs: list[tuple], summary: list[str]) -> None:
     """Compile (file, instance) jobs in parallel processes so the timed stages find them cached."""
     t = time.perf_counter()
     with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:

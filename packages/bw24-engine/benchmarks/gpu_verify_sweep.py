@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_matvec import _time_graph  # noqa: E402
+from gpu_matvec import _time_graph, precompile  # noqa: E402
 from gpu_matvec_q8 import _clone, _weight  # noqa: E402
 from gpu_session import header  # noqa: E402
 
@@ -34,23 +34,9 @@ def _combos(T: int, rows: list[int], unrolls: list[int]) -> list[tuple[int, int]
     return [(r, u) for u in unrolls for r in rows if r * T <= 32]
 
 
-def _compile_one(job: tuple[str, int]) -> str:
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin, device_info
-
-    name, u = job
-    compile_cubin(KERNEL_DIR / "qmatvec_q8.cu", device_info().arch, {"QMV8_VERIFY_UNROLL": u} if u else {},
-                  (name,) if name else ())
-    return name
-
-
-def precompile(jobs: list[tuple[str, int]]) -> None:
-    """Every instance the sweep launches, compiled in parallel processes into the on-disk cache."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:
-        list(ex.map(_compile_one, sorted(set(jobs)), chunksize=2))
+def _defines(unroll: int) -> tuple:
+    """The kernel defines of an unroll choice (0: the kernel's own rule), as get_kernel takes them."""
+    return (("QMV8_VERIFY_UNROLL", unroll),) if unroll else ()
 
 
 def main() -> int:
@@ -84,8 +70,9 @@ def main() -> int:
         f, (_, W, R1) = FMT[Q[qn]], ops.qmv_configs.plan(Q[qn], n, k)
         jobs.append((f"qmv8<{f},{W},{R1},1>", 0))
         jobs += [(f"qmv8<{f},{W},{r},{q8_nt(T)}>", u) for T in ts if T > 1 for r, u in _combos(T, rows, unrolls)]
-    precompile(jobs)
-    say(f"precompiled {len(set(jobs))} instances")
+    done: list[str] = []
+    precompile([("qmatvec_q8.cu", name, _defines(u)) for name, u in sorted(set(jobs))], done)
+    say(f"precompiled {len(set(jobs))} instances ({done[-1]})")
     summary = ["shape                     T  rule R: us  x decode | best (R, unroll): us  x decode"]
     for qn, n, k in SHAPES:
         w0 = _weight(ops, Q[qn], n, k, rng)
@@ -104,8 +91,7 @@ def main() -> int:
             y = ops.zeros((T, n))
             res = {}
             for r, u in _combos(T, rows, unrolls) if T > 1 else [(R1, 0)]:
-                defines = (("QMV8_VERIFY_UNROLL", u),) if u else ()
-                ops._k = lambda f, name, d=defines: get_kernel(f, name, d if f == "qmatvec_q8.cu" else ())
+                ops._k = lambda f, name, d=_defines(u): get_kernel(f, name, d if f == "qmatvec_q8.cu" else ())
                 ops.verify_rows = r if T > 1 else None
                 ops.matmul(w0, x[:T], out=y)
                 bad = [t for t in range(T) if not np.array_equal(ops.to_host(y)[t], ones[t])]

@@ -239,17 +239,11 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     }
     if (single || tickets == nullptr) return;
     // Fused pass 2: the last live split of (t, hk) to finish combines its G heads (combine_head:
-    // attn_combine's arithmetic), then re-arms the ticket for the next launch.
+    // attn_combine's arithmetic); last_arrival re-arms the ticket for the next launch.
     __shared__ bool last;
     __shared__ float red[32], wt[COMBINE_TILE], lw[COMBINE_TILE];
-    __threadfence();  // this block's partials are visible device-wide before its ticket says so
-    __syncthreads();
     const int live = (p - lo + 1 + c - 1) / c;
-    if (threadIdx.x == 0) last = atomicAdd(tickets + (i64)t * Hkv + hk, 1) == live - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) tickets[(i64)t * Hkv + hk] = 0;
+    if (!last_arrival(tickets + (i64)t * Hkv + hk, live, last)) return;
 #pragma unroll 1
     for (int g = 0; g < G; ++g) {
         const i64 h = (i64)t * H + hk * G + g;

@@ -63,3 +63,20 @@ __device__ __forceinline__ float4 kv_load4(const __half* p) {
     const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
     return make_float4(a.x, a.y, b.x, b.y);
 }
+
+// Every thread of the block calls it after writing its outputs: the block fences them, takes a ticket,
+// and is told whether it was the last of the n blocks that report to this ticket (`last`: a __shared__
+// bool of the caller). The last one has re-armed the ticket (0) for the next launch (graph replay) and
+// may read the others' outputs (with __ldcg: not through its own L1). The fused attention combine and the
+// matvecs' norm tail (norm_tail.cuh) finish their launch this way.
+template <typename C>
+__device__ __forceinline__ bool last_arrival(C* ticket, C n, bool& last) {
+    __threadfence();  // this block's outputs are visible device-wide before its ticket says so
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ticket, (C)1) == n - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    if (threadIdx.x == 0) *ticket = 0;
+    return true;
+}

@@ -5,28 +5,15 @@
 // After every block has written its rows of out [T, N] (the residual stream), the last block to finish
 // normalizes the T rows: nout = out * rsqrt(mean(out^2) + eps) * nw, and, given nxq, nout's int8
 // quantization (quant_x.cuh, quantize_x's bits) for a q8 consumer.
-// The last block is found as in attention.cu's fused pass 2: each block fences its writes, then takes a
-// ticket; the one that takes gridDim.x - 1 reads the others' rows (__ldcg: not through its L1) and
-// re-arms the ticket for the next launch (graph replay). Its threads walk the T rows' float4s together
+// The last block is found with common.cuh's last_arrival (as attention.cu's fused pass 2): the block
+// that takes ticket gridDim.x - 1 reads the others' rows (__ldcg: not through its L1); the ticket is
+// re-armed for the next launch (graph replay). Its threads walk the T rows' float4s together
 // (thread i: vectors i, i + blockDim, ... of each row), so a row's sum of squares has one order for any
 // T: decode == verify, bit for bit. nxq may be the very scratch the matvec read its input from: every
 // block finished reading before the last block starts writing.
 #pragma once
 #include "common.cuh"
 #include "quant_x.cuh"
-
-// Every thread of the block calls it after writing its outputs; true in the last block to finish
-// (`last`: a __shared__ bool of the caller), which has then re-armed the ticket.
-__device__ __forceinline__ bool last_block(unsigned* ticket, bool& last) {
-    __threadfence();  // this block's rows are visible device-wide before its ticket says so
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return false;
-    __threadfence();
-    if (threadIdx.x == 0) *ticket = 0u;
-    return true;
-}
 
 template <int NT>
 __device__ __forceinline__ void norm_rows_last(const float* out, int N, int T, const float* __restrict__ nw,

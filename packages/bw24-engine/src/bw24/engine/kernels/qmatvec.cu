@@ -79,7 +79,7 @@ qmvn(const void* __restrict__ pa, const void* __restrict__ pb, const void* __res
     __shared__ float red[W * R * NT];
     __shared__ bool last;
     qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
-    if (last_block(ticket, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nullptr, nullptr);
+    if (last_arrival(ticket, gridDim.x, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nullptr, nullptr);
 }
 
 // Up to three weights [N0|N1|N2, K] of one input; nb0 / nb1 = blocks of the first two (N2 may be 0).

@@ -153,5 +153,5 @@ qmv8n(const void* __restrict__ pa, const void* __restrict__ pb, const void* __re
     __shared__ bool last;
     qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, bias, residual, out, softcap,
                              blockIdx.x * R, red);
-    if (last_block(ticket, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nxq, nxs);
+    if (last_arrival(ticket, gridDim.x, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nxq, nxs);
 }

@@ -93,8 +93,8 @@ __device__ __forceinline__ void block_argmax(double& bv, int& bi, double* sv, in
 
 // Greedy over V logits in two levels inside one launch: every block reduces a grid-stride slice
 // to (value, lowest index), writes it to pv/pi and takes a ticket; the block that draws the last
-// ticket reduces the gridDim.x partials and writes the token (then re-arms the ticket for the next
-// replay). The (value, lowest index) order is associative and commutative, so the token equals a
+// ticket reduces the gridDim.x partials and writes the token (common.cuh last_arrival; the ticket is
+// re-armed for the next replay). The (value, lowest index) order is associative and commutative, so the token equals a
 // one-block scan's exactly; one block over 152k logits took 40-57 us on the H200, the grid ~4 us.
 extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V, int* counts, double rep,
                                          double freq, double presence, int* out, double* pv, int* pi,
@@ -110,12 +110,8 @@ extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V
     if (threadIdx.x == 0) {
         pv[blockIdx.x] = bv;
         pi[blockIdx.x] = bi;
-        __threadfence();  // the partial is visible device-wide before the ticket says so
-        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_arrival(ticket, gridDim.x, last)) return;  // (common.cuh: it re-arms the ticket)
     bv = -INFINITY;
     bi = 0x7fffffff;
     for (int j = threadIdx.x; j < (int)gridDim.x; j += blockDim.x) better(bv, bi, __ldcg(pv + j), __ldcg(pi + j));
@@ -123,7 +119,6 @@ extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V
     if (threadIdx.x == 0) {
         out[0] = bi;
         if (counts) counts[bi] += 1;
-        *ticket = 0u;
     }
 }
 

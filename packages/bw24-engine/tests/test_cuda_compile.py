@@ -35,6 +35,52 @@ def test_kernel_file_compiles(cache, name, arch):
     assert (cache / f"{ck.key}.cubin").is_file()
 
 
+@pytest.mark.parametrize("name", sorted(COMPILE_SET))
+def test_kernel_file_compiles_with_pdl(cache, name):
+    """BW24_PDL (CudaOps.pdl) compiles griddepcontrol into every kernel: the cubin must differ from the
+    plain one wherever the file has a kernel (so the define reaches the code)."""
+    plain = compile_cubin(KERNEL_DIR / name, "90a", name_expressions=COMPILE_SET[name])
+    pdl = compile_cubin(KERNEL_DIR / name, "90a", {"BW24_PDL": 1}, name_expressions=COMPILE_SET[name])
+    assert pdl.cubin[:4] == b"\x7fELF" and set(pdl.lowered) == set(plain.lowered)
+    assert pdl.cubin != plain.cubin
+
+
+# The kernels whose PDL wait sits inside qmv8_rows (after the decode's first weight loads).
+_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv8n"}
+
+
+def _kernels(text: str):
+    for m in re.finditer(r"__global__", text):
+        body = text.index("{", m.start())
+        head = re.sub(r"__launch_bounds__\s*\([^)]*\)", "", text[m.start():body])
+        yield re.search(r"(\w+)\s*\(", head).group(1), text[body + 1:body + 200].lstrip()
+
+
+def _missing_pdl_wait(text: str) -> list[str]:
+    return [n for n, body in _kernels(text)
+            if not body.startswith("PDL_TRIGGER();" if n in _PDL_LATE_WAIT else "PDL_OPEN();")]
+
+
+def test_every_kernel_opens_with_the_pdl_wait():
+    """Under PDL a kernel may start before the one ahead has finished: one that touched the previous
+    kernel's data before griddepcontrol.wait would race. So every kernel opens with PDL_OPEN, or (the
+    decode matvecs) PDL_TRIGGER with qmv8_rows waiting before it reads activations."""
+    texts = {f.name: f.read_text() for f in kernel_files()}
+    assert {f: _missing_pdl_wait(t) for f, t in texts.items() if _missing_pdl_wait(t)} == {}
+    names = {n for t in texts.values() for n, _ in _kernels(t)}
+    assert _PDL_LATE_WAIT <= names and len(names) > 20
+    rows = texts["qmatvec_q8.cu"].split("qmv8_rows(")[1].split("reduce_store")[0]
+    assert rows.count("PDL_WAIT();") == 2  # decode (after the first loads) and verify
+
+
+def test_pdl_lint_catches_a_kernel_without_the_wait():
+    """Canary for the check above: a kernel that opens with anything else, or a decode matvec that
+    waits at its top instead of in qmv8_rows, is named."""
+    bad = 'extern "C" __global__ void f(float* x) {\n    x[0] = 1.f;\n}\n'
+    bad += "__global__ void __launch_bounds__(W * 32)\nqmv8(int K) {\n    PDL_OPEN();\n}\n"
+    assert _missing_pdl_wait(bad) == ["f", "qmv8"]
+
+
 @pytest.mark.parametrize("f", kernel_files(), ids=lambda p: p.name)
 def test_kernel_file_opens_with_its_formula_mapping_and_bytes(f):
     head = f.read_text().split("#include")[0]

@@ -150,6 +150,17 @@ def test_spec_graphs_by_t_eager_growth_keeps_only_that_t():
     assert made == [2, 9, 2] and ops.captures == 2
 
 
+def test_spec_graphs_by_t_runs_rows_past_graph_rows_eagerly():
+    """cuda forward past QMV_NT[-1] rows calls cuBLAS, which stream capture refuses (MTP's first feed of
+    the pending prompt rows failed so on the H200 at cb58708): such a T runs eagerly, every call."""
+    ops, made = _FakeOps(), []
+    ops.graph_rows = 4
+    g = GraphsByT(ops, lambda T: made.append(T) or (lambda: None))
+    for T in (5, 5, 4, 4, 4):
+        g(T)
+    assert made == [5, 5, 4] and 5 not in g.runs and ops.captures == 1 and ops.replays == 1
+
+
 def test_spec_drafter_on_device_flags(models):
     assert drafter_on_device(NgramDrafter())
     assert drafter_on_device(DraftModelDrafter(models["draft"].model))

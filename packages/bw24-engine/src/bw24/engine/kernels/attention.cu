@@ -134,6 +134,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
            const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window,
            int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
            int* __restrict__ tickets, i8* __restrict__ xq, int2* __restrict__ xs) {
+    PDL_OPEN();
     constexpr int PD = D / 32, PV = DV / 32;
     // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
     constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
@@ -256,6 +257,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
                                         const int* __restrict__ pos, int H, int DV, int ch, int nsplit,
                                         int window, float* __restrict__ out, i8* __restrict__ xq,
                                         int2* __restrict__ xs) {
+    PDL_OPEN();
     __shared__ float red[32];
     __shared__ float wt[COMBINE_TILE], lw[COMBINE_TILE];
     const int h = blockIdx.x, t = blockIdx.y;

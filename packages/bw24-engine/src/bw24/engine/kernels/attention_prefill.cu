@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(PW * 32)
 attn_prefill(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __restrict__ vc,
              const int* __restrict__ pos, int T, int H, int S, float scale, float softcap, int window,
              float* __restrict__ out) {
+    PDL_OPEN();
     constexpr int M = PW * RW, PV = DV / 32;
     static_assert(D % 32 == 0 && DV % 32 == 0 && M * D * 4 <= 32768, "q tile must fit 32 KB of smem");
     __shared__ __align__(16) float qs[M][D];

@@ -16,6 +16,26 @@ typedef long long i64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Programmatic dependent launch (bw24.runtime.launch; compiled in with BW24_PDL when CudaOps.pdl is on,
+// BW24_PDL=1, and launched so inside captured graphs). Every kernel opens with PDL_OPEN: it lets the next
+// kernel in the stream launch (once all of this grid's blocks have started), then waits until the kernel
+// ahead has completed and its writes are visible. Nothing before the wait reads or writes another
+// kernel's data, so the stream order holds; what overlaps is the next kernel's launch and block start
+// with this one's tail. The decode matvecs (qmatvec_q8.cu) load their first weight group before the
+// wait (weights are written by no kernel). Without BW24_PDL the kernels are as before, byte for byte.
+#if defined(BW24_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_TRIGGER() ((void)0)
+#define PDL_WAIT() ((void)0)
+#endif
+#define PDL_OPEN() \
+    do {           \
+        PDL_TRIGGER(); \
+        PDL_WAIT(); \
+    } while (0)
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);

@@ -44,6 +44,7 @@ __device__ __forceinline__ void better_d(double& v, int& i, double v2, int i2) {
 // Finite logits give the same sel / wts as the per-round shuffle argmax this replaced.
 extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, int k, int norm,
                                      int* __restrict__ sel, float* __restrict__ wts) {
+    PDL_OPEN();
     const int t = blockIdx.x, lane = threadIdx.x;
     const float* l = logits + (i64)t * X;
     double m = -INFINITY;
@@ -207,6 +208,7 @@ moe_gu(const void* __restrict__ ga, const void* __restrict__ gb, const void* __r
        const void* __restrict__ gd, const void* __restrict__ ua, const void* __restrict__ ub,
        const void* __restrict__ uc, const void* __restrict__ ud, const int* __restrict__ sel, int k,
        const float* __restrict__ x, int K, int N, int L, int act, float* __restrict__ out) {
+    PDL_OPEN();
     extern __shared__ float4 smem4[];
     float* xs = reinterpret_cast<float*>(smem4);
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, nw = blockDim.x >> 5;
@@ -240,6 +242,7 @@ __global__ void __launch_bounds__(MOE_MAX_WARPS * 32, 2)
 moe_down(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
          const void* __restrict__ pd, const int* __restrict__ sel, const float* __restrict__ wts, int k,
          const float* __restrict__ h, int K, int N, int L, const float* residual, float* out) {
+    PDL_OPEN();
     extern __shared__ float4 smem4[];
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
     const int RB = (32 / L) * R;
@@ -280,6 +283,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_mv(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
        const void* __restrict__ pd, const int* __restrict__ sel, int k, const float* __restrict__ x,
        int x_per_slot, int K, int N, float* __restrict__ out) {
+    PDL_OPEN();
     const Planes p{pa, pb, pc, pd};
     const int lane = threadIdx.x & 31, slot = blockIdx.y;
     const int n = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
@@ -310,6 +314,7 @@ moe_mv(const void* __restrict__ pa, const void* __restrict__ pb, const void* __r
 // out[t, i] = residual[t, i] + sum_j wts[t, j] * d[t*k + j, i]  (residual may alias out, or be null).
 extern "C" __global__ void moe_combine(const float* __restrict__ d, const float* __restrict__ wts, int k, int E,
                                        const float* residual, float* out) {
+    PDL_OPEN();
     const int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= E) return;
     float y = residual ? residual[(i64)t * E + i] : 0.f;

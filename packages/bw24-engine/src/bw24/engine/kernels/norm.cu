@@ -34,6 +34,7 @@ template <int VW, int NV>
 __global__ void __launch_bounds__(512)
 rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w, float* out, int K, float eps,
             i8* __restrict__ xq, int2* __restrict__ xs) {
+    PDL_OPEN();
     typedef typename Vec<VW>::T V;
     __shared__ float red[32];
     const int n = K / VW;  // vectors per row
@@ -84,6 +85,7 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
 
 extern "C" __global__ void rmsnorm(float* x, const float* __restrict__ add, const float* __restrict__ w,
                                    float* out, int K, float eps) {
+    PDL_OPEN();
     __shared__ float red[32];
     float* xr = x + (i64)blockIdx.x * K;
     const float* ar = add ? add + (i64)blockIdx.x * K : nullptr;

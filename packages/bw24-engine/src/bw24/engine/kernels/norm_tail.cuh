@@ -15,22 +15,36 @@
 #include "common.cuh"
 #include "quant_x.cuh"
 
+// Its loads go out U float4s per row at a time before any is used: one block walking a 4096-wide row
+// one dependent L2 round trip per float4 took ~10 us per launch on the H200 (cb58708 profile: qmv8n
+// 15 us against qmv8's 5.3), which cost more than the rmsnorm launch it saves.
 template <int NT>
 __device__ __forceinline__ void norm_rows_last(const float* out, int N, int T, const float* __restrict__ nw,
                                                float eps, float* nout, i8* nxq, int2* nxs) {
+    constexpr int U = NT == 1 ? 8 : 2;  // float4s in flight per row and thread (registers: 4 U NT)
     __shared__ float nred[NT][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    const int step = 4 * blockDim.x;
     float ss[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) ss[t] = 0.f;
-    for (int i = 4 * threadIdx.x; i < N; i += 4 * blockDim.x) {
+    for (int b0 = 0; b0 < N; b0 += U * step) {
+        float4 v[U][NT];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < T) {
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(out + (i64)t * N + i));
-                ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const int i = b0 + u * step + 4 * threadIdx.x;
+                if (t < T && i < N) v[u][t] = __ldcg(reinterpret_cast<const float4*>(out + (i64)t * N + i));
             }
-        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)  // per row, i ascending: the order of a one-at-a-time walk
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const int i = b0 + u * step + 4 * threadIdx.x;
+                if (t < T && i < N) ss[t] += v[u][t].x * v[u][t].x + v[u][t].y * v[u][t].y +
+                                             v[u][t].z * v[u][t].z + v[u][t].w * v[u][t].w;
+            }
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -45,21 +59,34 @@ __device__ __forceinline__ void norm_rows_last(const float* out, int N, int T, c
         for (int u = 0; u < nwarp; ++u) s += nred[t][u];  // warp order, the same in every thread
         r[t] = rsqrtf(s / (float)N + eps);
     }
-    for (int base = 0; base < N; base += 4 * blockDim.x) {  // uniform trip count: quant's full-warp shuffles
-        const int i = base + 4 * threadIdx.x;
-        const bool valid = i < N;  // whole 8-lane groups (N % 32 == 0)
-        const float4 wv = valid ? *reinterpret_cast<const float4*>(nw + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int b0 = 0; b0 < N; b0 += U * step) {
+        float4 v[U][NT], wv[U];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < T) {
-                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-                const i64 o = (i64)t * N + i;
-                if (valid) {
-                    const float4 v = __ldcg(reinterpret_cast<const float4*>(out + o));
-                    y = make_float4(v.x * r[t] * wv.x, v.y * r[t] * wv.y, v.z * r[t] * wv.z, v.w * r[t] * wv.w);
-                    *reinterpret_cast<float4*>(nout + o) = y;
+        for (int u = 0; u < U; ++u) {
+            const int i = b0 + u * step + 4 * threadIdx.x;
+            wv[u] = i < N ? *reinterpret_cast<const float4*>(nw + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+                if (t < T && i < N) v[u][t] = __ldcg(reinterpret_cast<const float4*>(out + (i64)t * N + i));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (b0 + u * step >= N) break;  // uniform across the block: quant's full-warp shuffles
+            const int i = b0 + u * step + 4 * threadIdx.x;
+            const bool valid = i < N;  // whole 8-lane groups (N % 32 == 0)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < T) {
+                    float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+                    const i64 o = (i64)t * N + i;
+                    if (valid) {
+                        const float4 x = v[u][t];
+                        y = make_float4(x.x * r[t] * wv[u].x, x.y * r[t] * wv[u].y, x.z * r[t] * wv[u].z,
+                                        x.w * r[t] * wv[u].w);
+                        *reinterpret_cast<float4*>(nout + o) = y;
+                    }
+                    if (nxq) quant_group8x4(y, valid, nxq + o, nxs + (o >> 5));
                 }
-                if (nxq) quant_group8x4(y, valid, nxq + o, nxs + (o >> 5));
             }
         }
     }

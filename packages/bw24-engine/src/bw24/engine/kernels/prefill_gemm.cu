@@ -17,6 +17,7 @@
 // x [T, K] fp32 -> xh (and xl when non-null) [T, K] fp16, sx [T] = 2^e. blockDim.x <= 1024, % 32 == 0.
 extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half* __restrict__ xh,
                                      __half* __restrict__ xl, float* __restrict__ sx) {
+    PDL_OPEN();
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* xr = x + (i64)t * K;
@@ -50,6 +51,7 @@ extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half*
 // weight whose decode path is q8 sees the same rounded activations (ops/cuda/launch.py default_path).
 // One warp per (token, group); xr may alias x.
 extern "C" __global__ void x_round_q8(const float* x, int T, int K, float* xr) {
+    PDL_OPEN();
     const int lane = threadIdx.x & 31;
     const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // t * G + g
     if (i >= (i64)T * (K >> 5)) return;
@@ -68,6 +70,7 @@ __global__ void dequant_rows_h(const void* __restrict__ pa, const void* __restri
                                const void* __restrict__ pc, const void* __restrict__ pd,
                                i64 row0, const int* __restrict__ experts, int rpe, int rows, int K,
                                __half* __restrict__ wh, __half* __restrict__ wl) {
+    PDL_OPEN();
     const Planes p{pa, pb, pc, pd};
     const int G = K >> 5;
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -103,6 +106,7 @@ __global__ void dequant_rows_h(const void* __restrict__ pa, const void* __restri
 extern "C" __global__ void gemm_epilogue(const float* __restrict__ y, const float* __restrict__ sx,
                                          const float* __restrict__ bias, const float* residual, float* out,
                                          int N, i64 total, float softcap) {
+    PDL_OPEN();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const i64 t = i / N;
         const int n = (int)(i - t * N);

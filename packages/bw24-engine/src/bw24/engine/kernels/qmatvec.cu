@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(W * 32)
 qmv(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
     const void* __restrict__ pd, const float* __restrict__ x, int K, int N, int T,
     const float* __restrict__ bias, const float* residual, float* out, float softcap) {
+    PDL_OPEN();
     __shared__ float red[W * R * NT];
     qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
 }
@@ -76,6 +77,7 @@ qmvn(const void* __restrict__ pa, const void* __restrict__ pb, const void* __res
      const void* __restrict__ pd, const float* __restrict__ x, int K, int N, int T,
      const float* __restrict__ bias, const float* residual, float* out, float softcap,
      const float* __restrict__ nw, float eps, float* nout, unsigned* ticket) {
+    PDL_OPEN();
     __shared__ float red[W * R * NT];
     __shared__ bool last;
     qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
@@ -89,6 +91,7 @@ qmv3(const float* __restrict__ x, int K, int T, int nb0, int nb1,
      const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
      const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
      const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2) {
+    PDL_OPEN();
     __shared__ float red[W * R * NT];
     const int b = blockIdx.x;
     if (b < nb0)
@@ -106,6 +109,7 @@ __global__ void dequant_rows(const void* __restrict__ pa, const void* __restrict
                              const void* __restrict__ pc, const void* __restrict__ pd,
                              const int* __restrict__ ids, int row0, int rows, int K, float scale,
                              float* __restrict__ out) {
+    PDL_OPEN();
     const Planes p{pa, pb, pc, pd};
     const int G = K >> 5;
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;

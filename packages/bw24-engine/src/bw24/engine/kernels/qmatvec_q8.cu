@@ -29,6 +29,7 @@
 // One warp per (token, group): lane j owns x_j. Grid: ceil(T*G / (blockDim/32)) blocks.
 extern "C" __global__ void quantize_x(const float* __restrict__ x, int T, int K, i8* __restrict__ xq,
                                       int2* __restrict__ xs) {
+    PDL_OPEN();
     const int G = K >> 5, lane = threadIdx.x & 31;
     const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // t * G + g
     if (i >= (i64)T * G) return;
@@ -39,6 +40,7 @@ extern "C" __global__ void quantize_x(const float* __restrict__ x, int T, int K,
 // out = act(gate) * up (out may alias gate), then out's groups into xq/xs. Same mapping as quantize_x.
 extern "C" __global__ void glu_q8(const float* gate, const float* __restrict__ up, float* out, int T, int K,
                                   int act, i8* __restrict__ xq, int2* __restrict__ xs) {
+    PDL_OPEN();
     const int G = K >> 5, lane = threadIdx.x & 31;
     const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (i >= (i64)T * G) return;
@@ -77,8 +79,28 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
     const int G_END = G;
 #endif
     if constexpr (NT == 1) {  // decode: each row's codes are used once, unpacked inside the dot
+#ifdef BW24_PDL
+        // The first group's weights load before the wait for the kernel ahead (common.cuh PDL_OPEN):
+        // with K = 4096 and 4-warp blocks that is all of a block's weights. The same dots in the same
+        // order as the loop below: the same bits.
+        GRaw<FMT> first[R];
+        if (tid < G_END) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), tid, K, first[r]);
+        }
+        PDL_WAIT();
+        if (tid < G_END) {
+            XQ xg;
+            load_xq(xq, xs, 0, K, tid, xg);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][0] += group_dot_q8<FMT>(first[r], xg);
+        }
+        const int g0 = tid + 32 * W;
+#else
+        const int g0 = tid;
+#endif
 #pragma unroll 2
-        for (int g = tid; g < G_END; g += 32 * W) {
+        for (int g = g0; g < G_END; g += 32 * W) {
             GRaw<FMT> raw[R];
 #pragma unroll
             for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
@@ -90,6 +112,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
             }
         }
     } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
+        PDL_WAIT();
         constexpr int U = verify_unroll<W>();  // (#pragma unroll takes a constant, not a macro)
 #pragma unroll U
         for (int g = tid; g < G_END; g += 32 * W) {
@@ -118,6 +141,7 @@ __global__ void __launch_bounds__(W * 32)
 qmv8(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
      const void* __restrict__ pd, const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int N, int T,
      const float* __restrict__ bias, const float* residual, float* out, float softcap) {
+    PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, bias, residual, out, softcap,
                              blockIdx.x * R, red);
@@ -130,6 +154,7 @@ qmv8_3(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int
        const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
        const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
        const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2) {
+    PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     const int b = blockIdx.x;
     if (b < nb0)
@@ -149,6 +174,7 @@ qmv8n(const void* __restrict__ pa, const void* __restrict__ pb, const void* __re
       const void* __restrict__ pd, const i8* xq, const int2* xs, int K, int N, int T,
       const float* __restrict__ bias, const float* residual, float* out, float softcap,
       const float* __restrict__ nw, float eps, float* nout, i8* nxq, int2* nxs, unsigned* ticket) {
+    PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     __shared__ bool last;
     qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, bias, residual, out, softcap,

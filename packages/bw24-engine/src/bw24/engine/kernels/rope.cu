@@ -26,6 +26,7 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
                                    int H, int Hkv, int D, int Dv, int S, int rope_dim, int neox,
                                    double base, double freq_scale, const float* __restrict__ q_norm,
                                    const float* __restrict__ k_norm, float eps) {
+    PDL_OPEN();
     __shared__ float red[32];
     const int t = blockIdx.x, head = blockIdx.y;
     const int p = pos[0] + t;

@@ -50,6 +50,7 @@ __device__ __forceinline__ double uniform24(u32 seed_lo, u32 seed_hi, int positi
 // out[i] = uniform(seed, pos[0] + i): lets kernel_check compare the RNG itself bit for bit.
 extern "C" __global__ void philox_uniform(u32 seed_lo, u32 seed_hi, const int* __restrict__ pos, int n,
                                           double* __restrict__ out) {
+    PDL_OPEN();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = uniform24(seed_lo, seed_hi, pos[0] + i);
 }
@@ -99,6 +100,7 @@ __device__ __forceinline__ void block_argmax(double& bv, int& bi, double* sv, in
 extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V, int* counts, double rep,
                                          double freq, double presence, int* out, double* pv, int* pi,
                                          unsigned* ticket) {
+    PDL_OPEN();
     __shared__ double sv[32];
     __shared__ int si[32];
     __shared__ bool last;
@@ -124,6 +126,7 @@ extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V
 
 // counts[out[0]] += 1 when the penalties are off but the caller still tracks the context counts.
 extern "C" __global__ void count_token(const int* __restrict__ out, int* counts) {
+    PDL_OPEN();
     if (threadIdx.x == 0) counts[out[0]] += 1;
 }
 
@@ -282,6 +285,7 @@ sample_dist(const float* __restrict__ logits, int V, int* counts, double rep, do
             double temp, int top_k, double top_p, double min_p, u32 seed_lo, u32 seed_hi,
             const int* __restrict__ pos, double* __restrict__ lg, double* __restrict__ w, u64* __restrict__ key,
             int* __restrict__ LA, int* __restrict__ LB, int* out) {
+    PDL_OPEN();
     __shared__ SmemS s;
     // 1. penalties, max
     double bv = -INFINITY;

@@ -20,6 +20,7 @@ __device__ __forceinline__ void take_better(float& bv, int& bi, float v, int i) 
 
 extern "C" __global__ void __launch_bounds__(VT)
 verify_argmax(const float* __restrict__ logits, int T, int V, const int* __restrict__ ids, int* __restrict__ out) {
+    PDL_OPEN();
     __shared__ float sv[VT / 32];
     __shared__ int si[VT / 32];
     const int t = blockIdx.x;

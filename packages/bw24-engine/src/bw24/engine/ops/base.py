@@ -81,6 +81,10 @@ class Ops(ABC):
         """
         return step
 
+    # The most rows a captured step may run: above it, forward takes paths a graph cannot hold (cuBLAS
+    # prefill GEMMs on cuda), so GraphsByT runs such a step eagerly. None: no limit (ref is eager anyway).
+    graph_rows: int | None = None
+
     # ---- weights ------------------------------------------------------------------------------
     @abstractmethod
     def load_weight(self, ti: Any) -> Any:

@@ -89,6 +89,10 @@ class GraphsByT:
         self.rebuilds = 0
 
     def __call__(self, T: int) -> None:
+        limit = getattr(self.ops, "graph_rows", None)
+        if limit is not None and T > limit:  # e.g. MTP's first batch of pending prompt rows: a one-off
+            self.make(T)()
+            return
         sig = self.signature()
         if sig != self._sig:
             self.runs.clear()

@@ -77,14 +77,20 @@ class CudaOps(Ops):
     # The RMSNorm after an output projection run by that matvec's last block (matmul_norm, qmv8n): the
     # same status, off until its kernel_check cases and the perf cells have run on a GPU.
     norm_epilogue = os.environ.get("BW24_NORM_EPI", "0") == "1"
+    # Programmatic dependent launch inside captured graphs (bw24.runtime.launch, sm_90+): every kernel
+    # of kernels/ opens with common.cuh's pdl_open (launch_dependents, then wait: none writes or reads
+    # another kernel's data before it), so the next kernel's launch overlaps this one's tail. Eager
+    # launches keep CuPy's launch (prefill is host-bound: ctypes packing costs more than it saves).
+    pdl = os.environ.get("BW24_PDL", "0") == "1"
 
     def opt_in(self) -> list[str]:
         """The opt-in paths on (perf rows record them: a variant of the cell, never mixed into its baseline)."""
-        return [name for name, on in (("attn_q8", self.attn_q8), ("norm_epi", self.norm_epilogue)) if on]
+        return [name for name, on in (("attn_q8", self.attn_q8), ("norm_epi", self.norm_epilogue),
+                                      ("pdl", self.pdl)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
-        from bw24.runtime import new_stream, require_gpu
+        from bw24.runtime import device_info, new_stream, require_gpu
 
         require_gpu()
         self.cp = cp
@@ -105,15 +111,24 @@ class CudaOps(Ops):
         self.prefill_precision = "auto"  # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
         self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
+        self.pdl = self.pdl and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
+        self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
         defines = (("BW24_PLANTED_BUG", 1),) if self.variant == "planted_bug" else ()
+        if self.pdl:
+            defines += (("BW24_PDL", 1),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
         """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging)."""
         self._q8_ready = None  # the launch may write any buffer: producers re-mark after launching
+        if self.pdl and self._capturing:
+            from bw24.runtime.launch import launch_pdl
+
+            launch_pdl(fn, [int(g) for g in grid], int(block), args, int(shared_mem), self.stream)
+            return
         with self.stream:
             fn(tuple(int(g) for g in grid), (int(block),), args, shared_mem=int(shared_mem))
 
@@ -159,6 +174,8 @@ class CudaOps(Ops):
     def synchronize(self):
         self.stream.synchronize()
 
+    graph_rows = QMV_NT[-1]  # above: the cuBLAS prefill GEMM, which stream capture refuses
+
     def capture(self, step):
         """First call runs eagerly (compiles kernels, sizes scratch); the second captures the step
         as a CUDA graph and launches it; later calls replay it."""
@@ -177,7 +194,11 @@ class CudaOps(Ops):
                 step()
             else:
                 if state["g"] is None:
-                    state["g"] = CapturedGraph(self.stream).capture(step)
+                    self._capturing = True
+                    try:
+                        state["g"] = CapturedGraph(self.stream).capture(step)
+                    finally:
+                        self._capturing = False
                 state["g"].replay()
 
         run.graph_state = state

@@ -77,7 +77,7 @@ def pack_arg(a):
 
 
 def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
-    """fn (a cupy Function: .ptr is the CUfunction) launched on stream with the PDL attribute."""
+    """fn (a cupy Function or RawKernel) launched on stream with the PDL attribute."""
     vals = [pack_arg(a) for a in args]
     params = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
     attr = _Attr(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
@@ -85,6 +85,7 @@ def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
     g = tuple(grid) + (1,) * (3 - len(grid))
     cfg = _Config(g[0], g[1], g[2], int(block), 1, 1, int(shared_mem), ctypes.c_void_p(stream.ptr),
                   ctypes.pointer(attr), 1)
-    rc = _cuda().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.ptr), params, None)
+    ptr = fn.ptr if hasattr(fn, "ptr") else fn.kernel.ptr  # cupy Function, or a RawKernel's
+    rc = _cuda().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(ptr), params, None)
     if rc != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {rc}")

@@ -189,3 +189,28 @@ def test_spec_fast_mtp_steps_are_replayable_per_row_count(models, reference):
     assert runs[0] == runs[1] and runs[1][0] == reference
     keys = set(d._dev[1].runs)
     assert 0 in keys and any(k > 0 for k in keys), keys
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_spec_drafter_prompt_ingestion_is_prefill_time(models, reference, monkeypatch, device):
+    """The drafter's begin (a draft model's own prompt prefill) is timed with the target's prefill, so
+    decode_s spans what plain decode's does (it held 44.6 ms of the 8B twin's prefill at cb58708)."""
+    import types
+
+    import bw24.engine.spec.runner as runner
+
+    clock = [0.0]
+
+    def tick():
+        clock[0] += 1e-3
+        return clock[0]
+
+    class SlowBegin(NgramDrafter):
+        def begin(self, prompt, hidden=None):
+            clock[0] += 100.0  # a begin that takes "100 s"
+            super().begin(prompt, hidden)
+
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=tick))
+    dec = SpecDecoder(models["target"].model, SlowBegin(), k=4, device=device)
+    assert list(dec.generate(FIRST, N)) == reference
+    assert dec.stats.prefill_s >= 100.0 and dec.stats.decode_s < 100.0

@@ -78,15 +78,18 @@ class CudaOps(Ops):
     # same status, off until its kernel_check cases and the perf cells have run on a GPU.
     norm_epilogue = os.environ.get("BW24_NORM_EPI", "0") == "1"
     # Programmatic dependent launch inside captured graphs (bw24.runtime.launch, sm_90+): every kernel
-    # of kernels/ opens with common.cuh's pdl_open (launch_dependents, then wait: none writes or reads
-    # another kernel's data before it), so the next kernel's launch overlaps this one's tail. Eager
-    # launches keep CuPy's launch (prefill is host-bound: ctypes packing costs more than it saves).
-    pdl = os.environ.get("BW24_PDL", "0") == "1"
+    # of kernels/ opens with common.cuh's PDL_OPEN (launch_dependents, then wait: none writes or reads
+    # another kernel's data before it), so the next kernel's launch overlaps this one's tail, and the
+    # decode matvecs load their first weights before the wait. Eager launches keep CuPy's launch
+    # (prefill is host-bound: ctypes packing costs more than it saves). On by default since the H200
+    # run at 7df7bc1: kernel_check ALL GREEN, run-gen MATCH, GPU pytest green, 8B tg128 447.8 vs 429.0
+    # tok/s (evidence/*7df7bc1_pdl*). BW24_PDL=0 turns it off (perf rows then record "no_pdl").
+    pdl_env = os.environ.get("BW24_PDL", "1") != "0"
 
     def opt_in(self) -> list[str]:
         """The opt-in paths on (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_q8", self.attn_q8), ("norm_epi", self.norm_epilogue),
-                                      ("pdl", self.pdl)) if on]
+                                      ("no_pdl", not self.pdl_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -111,7 +114,7 @@ class CudaOps(Ops):
         self.prefill_precision = "auto"  # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
         self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
-        self.pdl = self.pdl and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
+        self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
 
     # ---- launching ------------------------------------------------------------------------------

@@ -200,6 +200,16 @@ def spec_pair(d: Path, n_ctx: int) -> dict:
     return dict(target=load("target.gguf"), draft=load("draft.gguf"), same=load("target.gguf"))
 
 
+class HostDev(np.ndarray):
+    """A host array standing in for a device one (data.ptr, shape, flags): launch-plan tests without a GPU."""
+
+    @property
+    def data(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(ptr=self.ctypes.data)
+
+
 @pytest.fixture(scope="session")
 def helpers():
     return sys.modules[__name__]

@@ -216,22 +216,13 @@ def test_verify_launch_plan_exact_token_count_and_rows():
     assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 8) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
 
 
-class _Dev(np.ndarray):
-    """A host array standing in for a device one (data.ptr, shape, flags): the launch-plan tests."""
-
-    @property
-    def data(self):
-        from types import SimpleNamespace
-
-        return SimpleNamespace(ptr=self.ctypes.data)
-
-
 class _PlanOps:
     """Records what CudaOps.matmul_norm dispatches, without a GPU."""
 
-    def __init__(self, on: bool, plan):
+    def __init__(self, on: bool, plan, dev):
         from types import SimpleNamespace
 
+        self.dev = dev  # conftest.HostDev
         self.norm_epilogue, self.verify_rows, self._q8_ready, self.calls = on, None, None, []
         self.qmv_configs = SimpleNamespace(plan=plan)
 
@@ -241,7 +232,7 @@ class _PlanOps:
         return CudaOps._verify_plan(self, path, T, R)
 
     def _buf(self, key, n, dtype=np.float32, zeroed=False):
-        return np.zeros(max(n, 1), dtype).view(_Dev)
+        return np.zeros(max(n, 1), dtype).view(self.dev)
 
     def _k(self, file, name):
         return (file, name)
@@ -257,7 +248,7 @@ class _PlanOps:
         self.calls.append("rmsnorm")
 
 
-def test_matmul_norm_dispatch():
+def test_matmul_norm_dispatch(helpers):
     """matmul_norm is one launch (qmv8n on the q8 path after the input's quantize_x, qmvn on the f32 path)
     only when the backend turns it on, for decode / verify rows (T <= 16), and when the matvec's W warps
     cover a row in <= 64 floats each; otherwise matmul then rmsnorm. The q8 path leaves the normed rows
@@ -267,10 +258,10 @@ def test_matmul_norm_dispatch():
     from bw24.engine.ops.cuda.backend import CudaOps
 
     def run(on, T, N, path, W, K=4096):
-        ops = _PlanOps(on, lambda qt, n, k: (path, W, 4))
+        ops = _PlanOps(on, lambda qt, n, k: (path, W, 4), helpers.HostDev)
         w = SimpleNamespace(n=N, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: ())
-        x, out, nout = (np.zeros(s, np.float32).view(_Dev) for s in ((T, K), (T, N), (T, N)))
-        CudaOps.matmul_norm(ops, w, x, out=out, residual=out, norm=np.ones(N, np.float32).view(_Dev), eps=1e-6,
+        x, out, nout = (np.zeros(s, np.float32).view(helpers.HostDev) for s in ((T, K), (T, N), (T, N)))
+        CudaOps.matmul_norm(ops, w, x, out=out, residual=out, norm=np.ones(N, np.float32).view(helpers.HostDev), eps=1e-6,
                             norm_out=nout)
         return ops.calls, ops._q8_ready == (nout.data.ptr, T, N)
 
@@ -284,7 +275,7 @@ def test_matmul_norm_dispatch():
     assert run(True, 1, 1000, "q8", 4)[0] == ["matmul", "rmsnorm"]  # N % 32 != 0
 
 
-def test_attention_q8_output_dispatch():
+def test_attention_q8_output_dispatch(helpers):
     """The attention kernels get the q8 scratch (non-null xq / xs) and the output rows are marked for the
     wo matmul only with attn_q8 on, H*Dv >= 2048 and decode / verify rows, and not with the fused pass 2."""
     from types import SimpleNamespace
@@ -293,15 +284,15 @@ def test_attention_q8_output_dispatch():
 
     def run(on, H, Dv, T=1, fuse=0):
         launches = []
-        cu = _PlanOps(False, None)
+        cu = _PlanOps(False, None, helpers.HostDev)
         cu.attn_q8, cu.attn_override = on, {"fuse_combine": fuse}
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: (launches.append((fn[1].split("<")[0], args)),
                                                                   setattr(cu, "_q8_ready", None))
         Hkv, S = 4, 64
-        q, out = (np.zeros((T, H, Dv), np.float32).view(_Dev) for _ in range(2))
-        kc, vc = (np.zeros((Hkv, S, Dv), np.float32).view(_Dev) for _ in range(2))
-        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32).view(_Dev), scale=1.0, softcap=None, window=None, out=out)
+        q, out = (np.zeros((T, H, Dv), np.float32).view(helpers.HostDev) for _ in range(2))
+        kc, vc = (np.zeros((Hkv, S, Dv), np.float32).view(helpers.HostDev) for _ in range(2))
+        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32).view(helpers.HostDev), scale=1.0, softcap=None, window=None, out=out)
         xq = [int(a[-2]) if isinstance(a[-2], np.uintp) else a[-2].data.ptr for _, a in launches]
         return [n for n, _ in launches], all(p != 0 for p in xq), cu._q8_ready == (out.data.ptr, T, H * Dv)
 

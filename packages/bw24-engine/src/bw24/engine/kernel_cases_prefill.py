@@ -89,6 +89,14 @@ def cases() -> Iterator[tuple[str, Case]]:
         tag = f"prefill attention half-KV D={D} G={G} T={T} pos={p0}"
         tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
         yield tag, attention_case(D, G, T, p0, window, softcap, half=True)
+    for D, G, T, p0, window, softcap, budget in (  # the opt-in GEMM prefill attention (BW24_ATTN_GEMM)
+        (128, 4, 300, 200, None, None, 256 << 20), (128, 4, 300, 200, None, None, 1 << 20),
+        (128, 8, 64, 0, None, 30.0, 256 << 20), (64, 7, 77, 64, 32, None, 1 << 18),
+        (256, 4, 100, 0, None, 50.0, 1 << 20), (128, 1, 17, 5, None, None, 256 << 20),
+    ):
+        tag = f"prefill attention gemm D={D} G={G} T={T} pos={p0} scratch={budget >> 10} KiB"
+        tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
+        yield tag, attention_case(D, G, T, p0, window, softcap, gemm_budget=budget)
     for qt, T, X, k, norm, res in ((Q.Q4_K, 40, 16, 4, True, True), (Q.Q8_0, 100, 128, 8, True, True),
                                    (Q.Q6_K, 17, 8, 2, False, False), (Q.Q4_0, 64, 60, 6, True, True),
                                    (Q.F32, 33, 12, 3, True, False)):

@@ -163,7 +163,8 @@ class Transformer:
                   base=c.rope_base_swa if swa else c.rope_base, freq_scale=1.0 if swa else c.rope_freq_scale,
                   q_norm=L.q_norm, k_norm=L.k_norm, norm_eps=c.rms_eps)
         o.attention(b.q3, kv.k[i], kv.v[i], kv.pos, scale=c.attn_scale, softcap=c.attn_softcap,
-                    window=c.sliding_window if swa else None, out=b.a3)  # [T, H, Dv]
+                    window=c.sliding_window if swa else None, out=b.a3,
+                    n_keys=kv.n_past)  # [T, H, Dv]; n_past already counts these T (reserve before forward)
 
     def dense_ffn(self, L: LayerWeights, b: SimpleNamespace) -> None:
         """b.x -> b.g = act(x Wg^T) * (x Wu^T), [T, F] (the down projection is the caller's)."""

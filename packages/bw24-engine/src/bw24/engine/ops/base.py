@@ -147,14 +147,15 @@ class Ops(ABC):
     @abstractmethod
     def attention(
         self, q: Any, k_cache: Any, v_cache: Any, pos: Any, *, scale: float, softcap: float | None,
-        window: int | None, out: Any,
+        window: int | None, out: Any, n_keys: int | None = None,
     ) -> None:
         """Causal GQA attention of T queries against the cache (which already holds them).
 
         q [T, H, D], caches as in rope_kv, out [T, H, Dv]. Query t (position p = pos[0] + t) attends to
         keys j <= p, and only p - j < window when window is set. Score = (q . k) * scale, then
         softcap * tanh(score / softcap) when softcap is set; softmax over keys; weighted sum of v.
-        Query head h reads kv head h // (H / Hkv)."""
+        Query head h reads kv head h // (H / Hkv). n_keys: the host's count of cached keys (pos[0] + T),
+        when the caller knows it without reading the device; a backend may size its work by it."""
 
     @abstractmethod
     def glu(self, gate: Any, up: Any, act: str, *, out: Any) -> None:

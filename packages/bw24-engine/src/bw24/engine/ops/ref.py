@@ -123,7 +123,7 @@ class RefOps(Ops):
         k_cache[:, p0 : p0 + T] = kr.transpose(1, 0, 2)
         v_cache[:, p0 : p0 + T] = v.transpose(1, 0, 2)
 
-    def attention(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out):
+    def attention(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys=None):
         T, H, D = q.shape
         Hkv = k_cache.shape[0]
         p0 = int(pos[0])

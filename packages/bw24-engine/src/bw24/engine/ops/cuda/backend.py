@@ -85,11 +85,15 @@ class CudaOps(Ops):
     # run at 7df7bc1: kernel_check ALL GREEN, run-gen MATCH, GPU pytest green, 8B tg128 447.8 vs 429.0
     # tok/s (evidence/*7df7bc1_pdl*). BW24_PDL=0 turns it off (perf rows then record "no_pdl").
     pdl_env = os.environ.get("BW24_PDL", "1") != "0"
+    # Prefill attention (T > 16 queries, a float16 cache) as tensor-core GEMMs through cuBLAS: scores,
+    # a masked softmax kernel, probabilities times values (ops/cuda/attn_gemm.py). Opt-in until a GPU
+    # session has run its kernel_check cases and the prefill cells.
+    attn_gemm = os.environ.get("BW24_ATTN_GEMM", "0") == "1"
 
     def opt_in(self) -> list[str]:
         """The opt-in paths on (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_q8", self.attn_q8), ("norm_epi", self.norm_epilogue),
-                                      ("no_pdl", not self.pdl_env)) if on]
+                                      ("no_pdl", not self.pdl_env), ("attn_gemm", self.attn_gemm)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -404,18 +408,24 @@ class CudaOps(Ops):
         _norm.rope_kv(self, q, k, v, pos, k_cache, v_cache, base=base, freq_scale=freq_scale, rope_dim=rope_dim,
                       mode=mode, q_norm=q_norm, k_norm=k_norm, norm_eps=norm_eps)  # qk-norm fused (ops/cuda/norm.py)
 
-    def attention(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out):
+    def attention(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys=None):
         if q.shape[0] > 16:
-            return self._attention_prefill(q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+            return self._attention_prefill(q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,
+                                           out=out, n_keys=n_keys)
         T, H, D = q.shape
         Hkv, S, Dv = v_cache.shape
         assert k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
         # split-K decode/verify kernels, geometry a function of S only (ops/cuda/attn.py)
         _attn.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
 
-    def _attention_prefill(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out):
+    def _attention_prefill(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys=None):
+        from . import attn_gemm
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
+        if self.attn_gemm and attn_gemm.usable(q, k_cache, v_cache, n_keys):
+            attn_gemm.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,
+                                out=out, n_keys=n_keys)
+            return
         attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
 
     def glu(self, gate, up, act, *, out):

@@ -46,6 +46,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "elementwise.cu": (),
     "sample.cu": (),
     "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
+    "attention_gemm.cu": (),  # prefill attention's softmax rows around cuBLAS GEMMs (ops/cuda/attn_gemm.py)
     # decode: fused gate/up/act and down/combine per weight format (ops/cuda/moe.py decode_config);
     # moe_mv per format for the fallbacks (gate and up of different formats, rows too long to stage)
     "moe.cu": decode_instances() + tuple(f"moe_mv<{f}>" for f in range(10)),

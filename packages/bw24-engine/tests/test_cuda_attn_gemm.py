@@ -1,0 +1,136 @@
+"""The GEMM prefill attention's plan (ops/cuda/attn_gemm.py) without a GPU: its launches and cuBLAS
+calls are run by NumPy stand-ins on host memory (the pointers are host addresses), so the layouts,
+leading dimensions, batch strides, query chunks and key ranges are checked against the reference
+attention. The kernels themselves are checked on the GPU by kernel_check ("prefill attention gemm")."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from bw24.engine.ops.cuda import attn_gemm
+from bw24.engine.ops.ref import RefOps
+
+
+def _colmajor(ptr: int, dtype, rows: int, cols: int, ld: int):
+    """The column-major [rows, cols] matrix (leading dimension ld) at host address ptr, as a view."""
+    it = np.dtype(dtype).itemsize
+    n = (cols - 1) * ld + rows
+    base = np.ctypeslib.as_array((ctypes.c_uint8 * (n * it)).from_address(ptr)).view(dtype)
+    return np.lib.stride_tricks.as_strided(base, shape=(rows, cols), strides=(it, ld * it))
+
+
+def _emu_gemm(ops, op_a, op_b, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, alpha, beta):
+    ops.gemms += 1
+    for i in range(batch):
+        A = _colmajor(a + 2 * i * sa, np.float16, *((k, m) if op_a == attn_gemm.OP_T else (m, k)), lda)
+        B = _colmajor(b + 2 * i * sb, np.float16, *((n, k) if op_b == attn_gemm.OP_T else (k, n)), ldb)
+        A = A.T if op_a == attn_gemm.OP_T else A
+        B = B.T if op_b == attn_gemm.OP_T else B
+        C = _colmajor(c + 4 * i * sc, np.float32, m, n, ldc)
+        prod = float(alpha) * (A.astype(np.float64) @ B.astype(np.float64))
+        C[...] = prod if float(beta) == 0 else prod + float(beta) * C
+
+
+class _EmuOps:
+    """The parts of CudaOps that attn_gemm uses; kernels by name, in NumPy."""
+
+    def __init__(self, dev):
+        self.dev, self.scratch, self.launches, self.gemms = dev, {}, [], 0
+
+    def _buf(self, key, n, dtype=np.float32, zeroed=False):
+        a = self.scratch.get(key)
+        if a is None or a.size < n:
+            a = self.scratch[key] = np.full(max(n, 1), np.nan, dtype).view(self.dev)  # NaN: unwritten reads show
+        return a[:n]
+
+    def _k(self, file, name):
+        assert file == "attention_gemm.cu"
+        return name
+
+    def _launch(self, fn, grid, block, args, shared_mem=0):
+        self.launches.append(fn)
+        getattr(self, fn)(grid, *args)
+
+    def attn_q_split(self, grid, q, T, H, D, qh, ql):
+        x = np.asarray(q).reshape(T, H, D).transpose(1, 0, 2).reshape(-1)
+        hi = x.astype(np.float16)
+        qh[: x.size], ql[: x.size] = hi, (x - hi.astype(np.float32)).astype(np.float16)
+
+    def attn_softmax_rows(self, grid, s, T, ld, nkeys, pos, t0, scale, softcap, window, ph, pl):
+        for r in range(grid[0]):  # one block per score row (h, t)
+            p = int(pos[0]) + int(t0) + r % T
+            lo = max(0, p - window + 1) if window > 0 else 0
+            hi = min(p, nkeys - 1)
+            x = np.asarray(s[r * ld: r * ld + nkeys], np.float64) * scale
+            if softcap > 0:
+                x = softcap * np.tanh(x / softcap)
+            live = np.zeros(nkeys, bool)
+            live[lo: hi + 1] = True
+            e = np.where(live, np.exp(x - x[live].max()), 0.0)
+            v = (e / e.sum()).astype(np.float32)
+            h = v.astype(np.float16)
+            ph[r * ld: r * ld + nkeys], pl[r * ld: r * ld + nkeys] = h, (v - h.astype(np.float32)).astype(np.float16)
+
+    def attn_o_gather(self, grid, o, T, H, DV, out):
+        np.asarray(out).reshape(T, H, DV)[...] = np.asarray(o[: T * H * DV]).reshape(H, T, DV).transpose(1, 0, 2)
+
+
+def _run_plan(helpers, monkeypatch, gemm, D, G, T, p0, window, softcap, budget):
+    """attn_gemm.attention through the stand-ins: (its output, the reference's, the ops, chunks)."""
+    monkeypatch.setattr(attn_gemm, "_gemm", gemm)
+    monkeypatch.setattr(attn_gemm, "SCORE_BUDGET", budget)
+    rng = np.random.default_rng(D + G + T)
+    Hkv, H = 2, 2 * G
+    S = p0 + T + 9  # capacity past the live keys
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    kc = rng.standard_normal((Hkv, S, D)).astype(np.float16)
+    vc = rng.standard_normal((Hkv, S, D)).astype(np.float16)
+    kc[:, p0 + T:] = vc[:, p0 + T:] = np.nan  # keys past the chunk: a read of them would poison the output
+    want = np.empty((T, H, D), np.float32)
+    RefOps().attention(q, kc.astype(np.float32), vc.astype(np.float32), np.array([p0], np.int32), scale=D ** -0.5,
+                       softcap=softcap, window=window, out=want)
+    dev = helpers.HostDev
+    ops, out = _EmuOps(dev), np.zeros((T, H, D), np.float32).view(dev)
+    args = (q.view(dev), kc.view(dev), vc.view(dev))
+    assert attn_gemm.usable(*args, p0 + T)
+    attn_gemm.attention(ops, *args, np.array([p0], np.int32).view(dev), scale=D ** -0.5, softcap=softcap,
+                        window=window, out=out, n_keys=p0 + T)
+    return np.asarray(out), want, ops, -(-T // attn_gemm.chunk_rows(T, H, p0 + T))
+
+
+@pytest.mark.parametrize("D, G, T, p0, window, softcap, budget", [
+    (64, 2, 40, 0, None, None, 1 << 30),        # one chunk
+    (64, 4, 70, 23, None, None, 1 << 30),       # a chunk starting after cached keys
+    (32, 3, 100, 50, None, 20.0, 100_000),      # several query chunks, softcap
+    (32, 2, 50, 30, 16, None, 60_000),          # sliding window across chunks
+])
+def test_gemm_attention_plan_matches_the_reference(helpers, monkeypatch, D, G, T, p0, window, softcap, budget):
+    out, want, ops, chunks = _run_plan(helpers, monkeypatch, _emu_gemm, D, G, T, p0, window, softcap, budget)
+    assert chunks > 1 or budget == 1 << 30
+    assert ops.launches.count("attn_softmax_rows") == chunks and ops.gemms == 4 * chunks
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5)
+
+
+def test_gemm_attention_canary_a_wrong_batch_stride_is_caught(helpers, monkeypatch):
+    """The comparison above fails when one stride of the plan is off (kv heads read at half the stride)."""
+    def off(ops, op_a, op_b, m, n, k, a, lda, sa, *rest):
+        return _emu_gemm(ops, op_a, op_b, m, n, k, a, lda, sa // 2, *rest)
+
+    out, want, _, _ = _run_plan(helpers, monkeypatch, off, 64, 2, 40, 0, None, None, 1 << 30)
+    assert not np.allclose(out, want, rtol=0, atol=2e-5)
+
+
+def test_usable_and_chunk_rows():
+    f16, f32 = np.zeros((2, 64, 8), np.float16), np.zeros((2, 64, 8), np.float32)
+    q = np.zeros((20, 4, 8), np.float32)
+    assert attn_gemm.usable(q, f16, f16, 30)
+    assert not attn_gemm.usable(q, f16, f16, None)   # no host key count: the flash kernel
+    assert not attn_gemm.usable(q, f32, f32, 30)     # a float32 cache: the flash kernel
+    assert not attn_gemm.usable(q, f16, f16, 10)     # fewer keys than queries: not a causal chunk
+    assert not attn_gemm.usable(q, f16, f16, 65)     # past the cache
+    assert attn_gemm.chunk_rows(512, 32, 512, 256 << 20) == 512
+    rows = attn_gemm.chunk_rows(4096, 32, 4096, 256 << 20)
+    assert rows % 16 == 0 and 8 * 32 * 4096 * rows <= 256 << 20 < 8 * 32 * 4096 * (rows + 16)
+    assert attn_gemm.chunk_rows(100, 64, 40000, 1 << 10) == 16  # never below 16 rows

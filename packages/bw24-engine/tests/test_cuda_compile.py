@@ -45,8 +45,8 @@ def test_kernel_file_compiles_with_pdl(cache, name):
     assert pdl.cubin != plain.cubin
 
 
-# The kernels whose PDL wait sits inside qmv8_rows (after the decode's first weight loads).
-_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv8n"}
+# The kernels whose PDL wait sits inside qmv8_rows / qmv_rows (after their first weight loads).
+_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv8n", "qmv", "qmvn", "qmv3"}
 
 
 def _kernels(text: str):
@@ -64,13 +64,15 @@ def _missing_pdl_wait(text: str) -> list[str]:
 def test_every_kernel_opens_with_the_pdl_wait():
     """Under PDL a kernel may start before the one ahead has finished: one that touched the previous
     kernel's data before griddepcontrol.wait would race. So every kernel opens with PDL_OPEN, or (the
-    decode matvecs) PDL_TRIGGER with qmv8_rows waiting before it reads activations."""
+    matvecs) PDL_TRIGGER with qmv8_rows / qmv_rows waiting before they read activations."""
     texts = {f.name: f.read_text() for f in kernel_files()}
     assert {f: _missing_pdl_wait(t) for f, t in texts.items() if _missing_pdl_wait(t)} == {}
     names = {n for t in texts.values() for n, _ in _kernels(t)}
     assert _PDL_LATE_WAIT <= names and len(names) > 20
     rows = texts["qmatvec_q8.cu"].split("qmv8_rows(")[1].split("reduce_store")[0]
     assert rows.count("PDL_WAIT();") == 2  # decode (after the first loads) and verify
+    rows = texts["qmatvec.cu"].split("void qmv_rows(")[1].split("reduce_store")[0]
+    assert rows.count("PDL_WAIT();") == 1  # after the first loads, for any T
 
 
 def test_pdl_lint_catches_a_kernel_without_the_wait():

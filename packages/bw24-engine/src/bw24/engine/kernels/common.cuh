@@ -21,8 +21,9 @@ typedef long long i64;
 // kernel in the stream launch (once all of this grid's blocks have started), then waits until the kernel
 // ahead has completed and its writes are visible. Nothing before the wait reads or writes another
 // kernel's data, so the stream order holds; what overlaps is the next kernel's launch and block start
-// with this one's tail. The decode matvecs (qmatvec_q8.cu) load their first weight group before the
-// wait (weights are written by no kernel). Without BW24_PDL the kernels are as before, byte for byte.
+// with this one's tail. The matvecs (qmv8_rows in qmatvec_q8.cu for decode, qmv_rows in qmatvec.cu)
+// load their first weight group before the wait (weights are written by no kernel). Without BW24_PDL
+// the kernels compute as before (the same instructions).
 #if defined(BW24_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")

@@ -19,6 +19,27 @@
 #include "norm_tail.cuh"
 #include "qdot.cuh"
 
+// One group g of R rows against the T tokens' activations: acc[r][t] += dot.
+template <int FMT, int R, int NT>
+__device__ __forceinline__ void qmv_group(const GRaw<FMT> (&raw)[R], const float* __restrict__ x, int K, int T, int g,
+                                          float (&acc)[R][NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t < T) {
+            float xr[32];
+            const float4* s = reinterpret_cast<const float4*>(x + (i64)t * K + 32 * g);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float4 f = __ldg(s + i);
+                xr[4 * i] = f.x; xr[4 * i + 1] = f.y; xr[4 * i + 2] = f.z; xr[4 * i + 3] = f.w;
+            }
+            const float sx = needs_sx<FMT>() ? sum32(xr) : 0.f;
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][t] += group_dot<FMT>(raw[r], xr, sx);
+        }
+    }
+}
+
 template <int FMT, int W, int R, int NT>
 __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restrict__ x, int K, int N, int T,
                                          const float* __restrict__ bias, const float* residual, float* out,
@@ -35,26 +56,29 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
 #else
     const int G_END = G;
 #endif
+#ifdef BW24_PDL
+    // The first group's weights load before the wait for the kernel ahead (common.cuh PDL_OPEN): with
+    // K = 1024 and one-warp blocks (the small models' layers) that is all of a block's weights. The
+    // same dots in the same order as the loop: the same bits.
+    {
+        GRaw<FMT> first[R];
+        if (tid < G_END) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), tid, K, first[r]);
+        }
+        PDL_WAIT();
+        if (tid < G_END) qmv_group<FMT, R, NT>(first, x, K, T, tid, acc);
+    }
+    const int g0 = tid + 32 * W;
+#else
+    const int g0 = tid;
+#endif
 #pragma unroll 2
-    for (int g = tid; g < G_END; g += 32 * W) {
+    for (int g = g0; g < G_END; g += 32 * W) {
         GRaw<FMT> raw[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < T) {
-                float xr[32];
-                const float4* s = reinterpret_cast<const float4*>(x + (i64)t * K + 32 * g);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    const float4 f = __ldg(s + i);
-                    xr[4 * i] = f.x; xr[4 * i + 1] = f.y; xr[4 * i + 2] = f.z; xr[4 * i + 3] = f.w;
-                }
-                const float sx = needs_sx<FMT>() ? sum32(xr) : 0.f;
-#pragma unroll
-                for (int r = 0; r < R; ++r) acc[r][t] += group_dot<FMT>(raw[r], xr, sx);
-            }
-        }
+        qmv_group<FMT, R, NT>(raw, x, K, T, g, acc);
     }
     reduce_store<W, R, NT>(acc, T, N, bias, residual, out, softcap, row0, red);
 }
@@ -64,7 +88,7 @@ __global__ void __launch_bounds__(W * 32)
 qmv(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
     const void* __restrict__ pd, const float* __restrict__ x, int K, int N, int T,
     const float* __restrict__ bias, const float* residual, float* out, float softcap) {
-    PDL_OPEN();
+    PDL_TRIGGER();  // qmv_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
 }
@@ -77,7 +101,7 @@ qmvn(const void* __restrict__ pa, const void* __restrict__ pb, const void* __res
      const void* __restrict__ pd, const float* __restrict__ x, int K, int N, int T,
      const float* __restrict__ bias, const float* residual, float* out, float softcap,
      const float* __restrict__ nw, float eps, float* nout, unsigned* ticket) {
-    PDL_OPEN();
+    PDL_TRIGGER();  // qmv_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     __shared__ bool last;
     qmv_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, x, K, N, T, bias, residual, out, softcap, blockIdx.x * R, red);
@@ -91,7 +115,7 @@ qmv3(const float* __restrict__ x, int K, int T, int nb0, int nb1,
      const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
      const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
      const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2) {
-    PDL_OPEN();
+    PDL_TRIGGER();  // qmv_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     const int b = blockIdx.x;
     if (b < nb0)

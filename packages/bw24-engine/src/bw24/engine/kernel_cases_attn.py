@@ -115,7 +115,7 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
         kw = dict(scale=D ** -0.5, softcap=None, window=None)
         q, kd, vd, want = _attn_ref(ref, rng, T, Hkv, G, D, p0, half, kw)
         out = cu.zeros(q.shape)
-        with setting(cu, "attn_q8", True):  # the opt-in fusion (BW24_ATTN_Q8) on for this case
+        with setting(cu, "attn_q8", True):  # the fusion on for this case (also when BW24_ATTN_Q8=0)
             return _check(name, ref, cu, rng, q, kd, vd, kw, want, out)
 
     def _check(name, ref, cu, rng, q, kd, vd, kw, want, out):

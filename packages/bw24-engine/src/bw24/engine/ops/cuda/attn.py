@@ -90,8 +90,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     rows = out.reshape(T, H * Dv)
     # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
     # consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
-    # skips its quantize_x launch (not with the fused pass 2, whose last block does not quantize). Opt-in
-    # (CudaOps.attn_q8, BW24_ATTN_Q8=1) until a GPU session has run its kernel_check cases and perf cells.
+    # skips its quantize_x launch (not with the fused pass 2, whose last block does not quantize).
+    # CudaOps.attn_q8: on by default (BW24_ATTN_Q8=0 turns it off; why: the comment there).
     quant = getattr(cu, "attn_q8", False) and not fused and q8.feeds_q8(rows)
     xq, xs = q8.buffers(cu, T, H * Dv) if quant else (NULL, NULL)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture

@@ -71,11 +71,17 @@ class CudaOps(Ops):
     # bitwise" cases (f32 and q8 matvecs, attention rows, norms, rope) are green there. run-spec's
     # self-consistency gate still catches any divergence. BW24_BATCH_ROWS_EXACT=0 turns it off for a run.
     batch_rows_exact = os.environ.get("BW24_BATCH_ROWS_EXACT", "1") != "0"
-    # Attention writes its output's int8 quantization for a q8 wo (ops/cuda/attn.py): written after the
-    # last GPU run of this stop, so off until kernel_check's "+q8 out" cases and the perf cells have run.
-    attn_q8 = os.environ.get("BW24_ATTN_Q8", "0") == "1"
-    # The RMSNorm after an output projection run by that matvec's last block (matmul_norm, qmv8n): the
-    # same status, off until its kernel_check cases and the perf cells have run on a GPU.
+    # Attention writes its output's int8 quantization for a q8 wo (ops/cuda/attn.py), one quantize_x
+    # launch per layer fewer. On by default since the H200 runs at cb58708 / 0dedbb8: kernel_check's
+    # "+q8 out" cases green, run-gen MATCH, verify rows bit-identical; the 8B's decode step 2296 vs 2324
+    # us and its 5-token verify 3726 vs 3943 us (evidence/profile_h200_0dedbb8_attn_q8.txt).
+    # BW24_ATTN_Q8=0 turns it off (perf rows then record "no_attn_q8").
+    attn_q8_env = os.environ.get("BW24_ATTN_Q8", "1") != "0"
+    attn_q8 = attn_q8_env
+    # The RMSNorm after an output projection run by that matvec's last block (matmul_norm, qmv8n). Opt-in
+    # and slower on the H200: one block normalizing a 4096-wide row after every block's ticket cost 6 us
+    # per wo launch and 12.6 us per down launch even with batched loads, against a 3.2 us rmsnorm launch
+    # (0dedbb8: 8B step 2604 vs 2324 us, evidence/profile_h200_0dedbb8_norm_epi.txt).
     norm_epilogue = os.environ.get("BW24_NORM_EPI", "0") == "1"
     # Programmatic dependent launch inside captured graphs (bw24.runtime.launch, sm_90+): every kernel
     # of kernels/ opens with common.cuh's PDL_OPEN (launch_dependents, then wait: none writes or reads
@@ -91,9 +97,10 @@ class CudaOps(Ops):
     attn_gemm = os.environ.get("BW24_ATTN_GEMM", "0") == "1"
 
     def opt_in(self) -> list[str]:
-        """The opt-in paths on (perf rows record them: a variant of the cell, never mixed into its baseline)."""
-        return [name for name, on in (("attn_q8", self.attn_q8), ("norm_epi", self.norm_epilogue),
-                                      ("no_pdl", not self.pdl_env), ("attn_gemm", self.attn_gemm)) if on]
+        """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
+        turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
+        return [name for name, on in (("norm_epi", self.norm_epilogue), ("attn_gemm", self.attn_gemm),
+                                      ("no_attn_q8", not self.attn_q8_env), ("no_pdl", not self.pdl_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp

@@ -181,6 +181,11 @@ class _Recorder:
         kt = kv_arg(kc, vc)
         self.names.add(("attention.cu", f"attn_split<{q.shape[2]},{vc.shape[2]},{q.shape[1] // vc.shape[0]},{ch}{kt}>"))
 
+    def rope_attention(self, q, k, v, pos, kc, vc, *, rope, attn):  # with rope_attn on: the ROPE instance
+        ch, _ = attn_geometry(None, vc.shape[1], vc.shape[0], n_sm=132)
+        D, G = q.shape[2], q.shape[1] // vc.shape[0]
+        self.names.add(("attention.cu", f"attn_split<{D},{vc.shape[2]},{G},{ch},{kv_elem(kc, vc)},true>"))
+
     def rmsnorm(self, x, w, eps, *, out, add=None):
         self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], True)[0]))
         self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], False)[0]))

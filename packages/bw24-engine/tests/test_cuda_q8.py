@@ -293,7 +293,8 @@ def test_attention_q8_output_dispatch(helpers):
         q, out = (np.zeros((T, H, Dv), np.float32).view(helpers.HostDev) for _ in range(2))
         kc, vc = (np.zeros((Hkv, S, Dv), np.float32).view(helpers.HostDev) for _ in range(2))
         attn.attention(cu, q, kc, vc, np.zeros(1, np.int32).view(helpers.HostDev), scale=1.0, softcap=None, window=None, out=out)
-        xq = [int(a[-2]) if isinstance(a[-2], np.uintp) else a[-2].data.ptr for _, a in launches]
+        xqs = [a[15] if n == "attn_split" else a[-2] for n, a in launches]  # attn_split: rope arguments follow xs
+        xq = [int(x) if isinstance(x, np.uintp) else x.data.ptr for x in xqs]
         return [n for n, _ in launches], all(p != 0 for p in xq), cu._q8_ready == (out.data.ptr, T, H * Dv)
 
     assert run(True, 16, 128) == (["attn_split", "attn_combine"], True, True)
@@ -302,3 +303,44 @@ def test_attention_q8_output_dispatch(helpers):
     assert run(True, 8, 128) == (["attn_split", "attn_combine"], False, False)  # 1024 < Q8_MIN_K: an fp32 wo
     assert run(True, 16, 128, T=17) == (["attn_split", "attn_combine"], False, False)  # more rows than q8 handles
     assert run(True, 16, 128, fuse=1) == (["attn_split"], False, False)
+
+
+def test_rope_attention_dispatch(helpers):
+    """CudaOps.rope_attention: one attention launch of the ROPE instance (rope arguments: the raw k / v
+    rows, the norms, the cache as its write target) for decode / verify rows with rope_attn on and a
+    rotation attn_split can do per lane; otherwise rope_kv, then attention."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    def run(on, T=1, mode="neox", rope_dim=128, D=128):
+        launches = []
+        cu = _PlanOps(False, None, helpers.HostDev)
+        cu.rope_attn, cu.attn_q8, cu.attn_override = on, False, {"fuse_combine": 0}
+        cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
+        cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], args))
+        cu.rope_kv = lambda *a, **kw: launches.append(("rope_kv", a))
+        cu.attention = lambda q, kc, vc, pos, **kw: attn.attention(cu, q, kc, vc, pos, **{
+            k: v for k, v in kw.items() if k != "n_keys"})
+        Hkv, G, S = 2, 4, 64
+        dev = lambda *s: np.zeros(s, np.float32).view(helpers.HostDev)  # noqa: E731
+        q, out, k, v = dev(T, Hkv * G, D), dev(T, Hkv * G, D), dev(T, Hkv, D), dev(T, Hkv, D)
+        kc, vc, qn = dev(Hkv, S, D), dev(Hkv, S, D), dev(D)
+        rope = dict(mode=mode, rope_dim=rope_dim, base=1e6, freq_scale=1.0, q_norm=qn, k_norm=None, norm_eps=1e-6)
+        CudaOps.rope_attention(cu, q, k, v, np.zeros(1, np.int32).view(helpers.HostDev), kc, vc, rope=rope,
+                               attn=dict(scale=1.0, softcap=None, window=None, out=out, n_keys=T))
+        names = [n for n, _ in launches]
+        split = next(a for n, a in launches if n.startswith("attn_split"))
+        rope_args = split[17:]
+        return names, (rope_args[0] is k and rope_args[1] is v and rope_args[2] is qn and rope_args[-2] is kc
+                       and int(rope_args[6]) == (mode == "neox"))
+
+    fused = (["attn_split<128,128,4,32,float,true>", "attn_combine"], True)
+    assert run(True) == fused and run(True, T=16) == fused
+    assert run(True, mode="norm") == (fused[0], True)
+    assert run(False)[0] == ["rope_kv", "attn_split<128,128,4,32>", "attn_combine"]
+    assert run(True, T=17)[0][0] == "rope_kv"  # prefill rows: rope_kv, then the prefill attention
+    assert run(True, rope_dim=96)[0][0] == "rope_kv"  # neox partner lanes 12 apart: not a power of two
+    assert not attn.rope_fusable(128, 128, 130, "neox") and attn.rope_fusable(64, 64, 32, "neox")
+    assert not attn.rope_fusable(32, 32, 32, "norm")  # one dim per lane: a "norm" pair would span lanes

@@ -209,6 +209,58 @@ def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True, h
     return run
 
 
+def rope_attention_case(mode, T, Hkv, G, D, rope_dim, p0, qk_norm=True, half=False, window=None) -> Case:
+    """rope inside attention (CudaOps.rope_attn, attn_split ROPE) vs the reference's rope_kv + attention:
+    the output ("attention" class) and this step's cache rows (as rope_norm_case compares them); q must
+    be left unrotated (so rope_kv did not run); then T-row == T one-row launches at successive positions,
+    bit for bit, output and cache (spec verify == decode)."""
+    def run(name, ref, cu, rng):
+        H, S = Hkv * G, p0 + T + 3
+        q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
+        k = (rng.standard_normal((T, Hkv, D)) * 2).astype(np.float32)
+        v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+        kc0 = rng.standard_normal((Hkv, S, D)).astype(np.float32)  # earlier keys (rows >= p0 are overwritten)
+        vc0 = rng.standard_normal((Hkv, S, D)).astype(np.float32)
+        (kcd0, vcd0), (kcr, vcr) = half_cache(kc0, vc0, half)
+        kcr, vcr = kcr.copy(), vcr.copy()
+        qn = rng.standard_normal(D).astype(np.float32) if qk_norm else None
+        kn = rng.standard_normal(D).astype(np.float32) if qk_norm else None
+        rope = dict(base=1e6, freq_scale=1.0, rope_dim=rope_dim, mode=mode, norm_eps=1e-6)
+        attn = dict(scale=D ** -0.5, softcap=None, window=window)
+        qr, want = q.copy(), np.empty((T, H, D), np.float32)
+        ref.rope_kv(qr, k.copy(), v, np.array([p0], np.int32), kcr, vcr, q_norm=qn, k_norm=kn, **rope)
+        if half:  # the cache the attention reads holds float16 keys
+            kcr, vcr = (a.astype(np.float16).astype(np.float32) for a in (kcr, vcr))
+        ref.attention(qr, kcr, vcr, np.array([p0], np.int32), out=want, **attn)
+        dn = dict(q_norm=None if qn is None else _dev(cu, qn), k_norm=None if kn is None else _dev(cu, kn))
+        qd, kd, vd = _dev(cu, q), _dev(cu, k), _dev(cu, v)
+
+        def launch(t0, n, kcd, vcd, out):
+            cu.rope_attention(qd[t0:t0 + n], kd[t0:t0 + n], vd[t0:t0 + n], _pos(cu, p0 + t0), kcd, vcd,
+                              rope={**rope, **dn}, attn={**attn, "out": out})
+
+        kcd, vcd, out = _dev(cu, kcd0), _dev(cu, vcd0), cu.zeros((T, H, D))
+        with setting(cu, "rope_attn", True):
+            launch(0, T, kcd, vcd, out)
+        if not np.array_equal(cu.to_host(qd), q):
+            return compare(name + " (q rotated: rope_kv ran)", "exact", np.ones(1), np.zeros(1))
+        r = compare(name, "attention", cu.to_host(out), want)
+        new = (slice(None), slice(p0, p0 + T))
+        got = np.concatenate([cu.to_host(a)[new].astype(np.float32).ravel() for a in (kcd, vcd)])
+        rc = compare(name + " cache", "gemm16" if half else "elementw", got,
+                     np.concatenate([a[new].ravel() for a in (kcr, vcr)]))
+        if not (r.ok and rc.ok):
+            return r if not r.ok else rc
+        kc1, vc1, ones = _dev(cu, kcd0), _dev(cu, vcd0), cu.zeros((T, H, D))
+        with setting(cu, "rope_attn", True):
+            for t in range(T):
+                launch(t, 1, kc1, vc1, ones[t:t + 1])
+        a = np.concatenate([cu.to_host(x).astype(np.float32).ravel() for x in (ones, kc1, vc1)])
+        b = np.concatenate([cu.to_host(x).astype(np.float32).ravel() for x in (out, kcd, vcd)])
+        return compare(name + " ==rows", "exact", a, b)
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     c = ATTN_CHUNK
     # depths straddling one and two split units (single split writes the output itself: p < c)
@@ -259,6 +311,15 @@ def cases() -> Iterator[tuple[str, Case]]:
             ("neox", 4, 8, 2, 128, 64, 1000, True, False), ("norm", 1, 9, 3, 64, 64, 517, False, False)):
         yield f"rope_kv+qknorm {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}" \
               f"{'' if qn else ' -qn'}{'' if kn else ' -kn'}", rope_norm_case(mode, T, H, Hkv, D, rd, p0, qn, kn)
+    # rope inside attention (the opt-in BW24_ROPE_ATTN): qwen3's neox + qk-norm, llama's norm mode, partial
+    # rope, half cache, windows, across split units
+    for mode, T, Hkv, G, D, rd, p0, qk, half, win in (
+            ("neox", 1, 8, 4, 128, 128, 63, True, True, None), ("neox", 5, 8, 4, 128, 128, 4093, True, True, None),
+            ("neox", 16, 2, 4, 128, 128, c - 5, True, False, None), ("norm", 3, 2, 3, 64, 64, 700, False, False, None),
+            ("neox", 4, 2, 3, 64, 32, 90, True, False, 40), ("norm", 9, 2, 4, 128, 64, 2 * c - 4, False, True, None)):
+        yield f"rope in attn {mode} T={T} {Hkv * G}/{Hkv} D={D} rope_dim={rd} pos={p0}{' qk-norm' if qk else ''}" \
+              f"{' half-KV' if half else ''}{f' window={win}' if win else ''}", \
+            rope_attention_case(mode, T, Hkv, G, D, rd, p0, qk, half, win)
     yield "rope_kv+qknorm neox T=5 H=32/8 D=128 pos=4093 half-KV", rope_norm_case("neox", 5, 32, 8, 128, 128, 4093,
                                                                                    half=True)
     yield "rope_kv norm T=2 H=6/2 D=64 rope_dim=32 pos=77 half-KV", rope_norm_case("norm", 2, 6, 2, 64, 32, 77,

@@ -159,12 +159,12 @@ class Transformer:
                        biases=(L.bq, L.bk, L.bv) if c.qkv_bias else None)  # [T, H*D], [T, Hkv*D], [T, Hkv*Dv]
         swa = c.swa_layers[i]
         # qk-norm (per head over D, before RoPE) is fused into rope_kv; L.q_norm/k_norm are None otherwise
-        o.rope_kv(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], mode=c.rope_type, rope_dim=c.rope_dim,
-                  base=c.rope_base_swa if swa else c.rope_base, freq_scale=1.0 if swa else c.rope_freq_scale,
-                  q_norm=L.q_norm, k_norm=L.k_norm, norm_eps=c.rms_eps)
-        o.attention(b.q3, kv.k[i], kv.v[i], kv.pos, scale=c.attn_scale, softcap=c.attn_softcap,
-                    window=c.sliding_window if swa else None, out=b.a3,
-                    n_keys=kv.n_past)  # [T, H, Dv]; n_past already counts these T (reserve before forward)
+        rope = dict(mode=c.rope_type, rope_dim=c.rope_dim, base=c.rope_base_swa if swa else c.rope_base,
+                    freq_scale=1.0 if swa else c.rope_freq_scale, q_norm=L.q_norm, k_norm=L.k_norm, norm_eps=c.rms_eps)
+        # n_keys: kv.n_past already counts these T (reserve before forward)
+        attn = dict(scale=c.attn_scale, softcap=c.attn_softcap, window=c.sliding_window if swa else None, out=b.a3,
+                    n_keys=kv.n_past)
+        o.rope_attention(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], rope=rope, attn=attn)  # -> b.a3 [T, H, Dv]
 
     def dense_ffn(self, L: LayerWeights, b: SimpleNamespace) -> None:
         """b.x -> b.g = act(x Wg^T) * (x Wu^T), [T, F] (the down projection is the caller's)."""

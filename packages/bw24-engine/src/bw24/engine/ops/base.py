@@ -157,6 +157,14 @@ class Ops(ABC):
         Query head h reads kv head h // (H / Hkv). n_keys: the host's count of cached keys (pos[0] + T),
         when the caller knows it without reading the device; a backend may size its work by it."""
 
+    def rope_attention(self, q: Any, k: Any, v: Any, pos: Any, k_cache: Any, v_cache: Any, *, rope: dict,
+                       attn: dict) -> None:
+        """rope_kv(q, k, v, pos, k_cache, v_cache, **rope), then attention(q, k_cache, v_cache, pos,
+        **attn): one op so that a backend may run both as one launch (cuda: the rotation inside the
+        attention kernel for decode / verify rows, CudaOps.rope_attn). q may be left unrotated then."""
+        self.rope_kv(q, k, v, pos, k_cache, v_cache, **rope)
+        self.attention(q, k_cache, v_cache, pos, **attn)
+
     @abstractmethod
     def glu(self, gate: Any, up: Any, act: str, *, out: Any) -> None:
         """out = act(gate) * up; act "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation).

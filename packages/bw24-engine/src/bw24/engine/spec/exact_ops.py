@@ -37,6 +37,9 @@ class RowExactOps:
         self.base.copy_from_host(self._pos, np.array([p0 + t], np.int32))
         return self._pos
 
+    # rope_kv then attention, each row by row below (never the base's fused one over all rows)
+    rope_attention = Ops.rope_attention
+
     def rmsnorm(self, x, w, eps, *, out, add=None):
         for t in range(x.shape[0]):
             self.base.rmsnorm(x[t:t + 1], w, eps, out=out[t:t + 1], add=None if add is None else add[t:t + 1])

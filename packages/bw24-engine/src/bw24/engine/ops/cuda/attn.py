@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ...errors import UnsupportedModelError
 from . import q8
-from .kernels import ATTN_CHUNKS, kv_arg  # CH values CI compiles (tuning-table choices)
+from .kernels import ATTN_CHUNKS, kv_arg, kv_elem  # CH values CI compiles (tuning-table choices)
 from .weights import NULL
 
 ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
@@ -76,7 +78,43 @@ def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
     return max(1, n_ctx // ns)
 
 
-def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
+@dataclass(frozen=True)
+class RopeFusion:
+    """rope_kv's work done inside attn_split (ROPE = true): the raw k / v rows of this step, the qk-norm
+    weights and the rotation's parameters (CudaOps.rope_attention)."""
+    k: Any
+    v: Any
+    q_norm: Any
+    k_norm: Any
+    eps: float
+    rope_dim: int
+    neox: bool
+    base: float
+    freq_scale: float
+
+    def args(self, k_cache, v_cache) -> tuple:
+        return (self.k, self.v, NULL if self.q_norm is None else self.q_norm,
+                NULL if self.k_norm is None else self.k_norm, np.float32(self.eps or 0.0), np.int32(self.rope_dim),
+                np.int32(self.neox), np.float64(self.base), np.float64(self.freq_scale), k_cache, v_cache)
+
+
+_NO_ROPE = (NULL, NULL, NULL, NULL, np.float32(0.0), np.int32(0), np.int32(0), np.float64(0.0), np.float64(0.0),
+            NULL, NULL)
+
+
+def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
+    """attn_split can rotate in place of rope_kv: whole rope pairs per lane ("norm": PD = D / 32 even) or a
+    power-of-two partner-lane distance ("neox": rope_dim / 2 / PD)."""
+    pd = D // 32
+    if D % 32 or Dv % 32 or rope_dim % 2 or not 0 < rope_dim <= D or pd % 2:
+        return False
+    if mode == "neox":
+        half = rope_dim // 2
+        return half % pd == 0 and (half // pd) & (half // pd - 1) == 0
+    return mode == "norm"
+
+
+def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope: RopeFusion | None = None) -> None:
     T, H, D = q.shape
     Hkv, S, Dv = v_cache.shape
     G = H // Hkv
@@ -100,9 +138,12 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
     tickets = cu._buf("attn_tickets", max(T * Hkv, 16 * 8), np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
-    cu._launch(cu._k("attention.cu", f"attn_split<{D},{Dv},{G},{ch}{kt}>"), (Hkv, ns, T), 128,
+    name = f"attn_split<{D},{Dv},{G},{ch}{kt}>" if rope is None else \
+        f"attn_split<{D},{Dv},{G},{ch},{kv_elem(k_cache, v_cache)},true>"
+    cu._launch(cu._k("attention.cu", name), (Hkv, ns, T), 128,
                (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs))
+                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
+                *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
     if fused:
         return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
@@ -112,4 +153,5 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> N
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "attention", "attn_geometry", "fuse_combine", "plan_chunk"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "RopeFusion", "attention", "attn_geometry", "fuse_combine",
+           "plan_chunk", "rope_fusable"]

@@ -95,12 +95,17 @@ class CudaOps(Ops):
     # a masked softmax kernel, probabilities times values (ops/cuda/attn_gemm.py). Opt-in until a GPU
     # session has run its kernel_check cases and the prefill cells.
     attn_gemm = os.environ.get("BW24_ATTN_GEMM", "0") == "1"
+    # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
+    # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE): opt-in until a GPU session has run
+    # its kernel_check cases and the decode cells.
+    rope_attn = os.environ.get("BW24_ROPE_ATTN", "0") == "1"
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("norm_epi", self.norm_epilogue), ("attn_gemm", self.attn_gemm),
-                                      ("no_attn_q8", not self.attn_q8_env), ("no_pdl", not self.pdl_env)) if on]
+                                      ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
+                                      ("no_pdl", not self.pdl_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -424,6 +429,23 @@ class CudaOps(Ops):
         assert k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
         # split-K decode/verify kernels, geometry a function of S only (ops/cuda/attn.py)
         _attn.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+
+    def rope_attention(self, q, k, v, pos, k_cache, v_cache, *, rope, attn):
+        """Decode / verify rows (T <= 16) with rope_attn on and a fusable rotation: one attention launch
+        that also norms and rotates q and this step's keys and stores them (ops/cuda/attn.py RopeFusion);
+        otherwise rope_kv, then attention."""
+        T, H, D = q.shape
+        Dv = v_cache.shape[2]
+        if rope["mode"] not in ROPE_MODES:
+            raise ValueError(f"rope mode {rope['mode']!r} not in {ROPE_MODES}")
+        if self.rope_attn and T <= QMV_NT[-1] and _attn.rope_fusable(D, Dv, rope["rope_dim"], rope["mode"]):
+            check_qk_norm(rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps"))
+            fusion = _attn.RopeFusion(k, v, rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps") or 0.0,
+                                      rope["rope_dim"], rope["mode"] == "neox", rope["base"], rope["freq_scale"])
+            a = {key: val for key, val in attn.items() if key != "n_keys"}
+            _attn.attention(self, q, k_cache, v_cache, pos, **a, rope=fusion)
+            return
+        Ops.rope_attention(self, q, k, v, pos, k_cache, v_cache, rope=rope, attn=attn)
 
     def _attention_prefill(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys=None):
         from . import attn_gemm

@@ -151,28 +151,8 @@ def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget
     cache in float16 (the reference reads the same rounded values); gemm_budget > 0: the GEMM prefill
     attention (ops/cuda/attn_gemm.py, a float16 cache) with that many bytes of score scratch per chunk
     (small ones force several query chunks), which must have run (its scratch exists)."""
-    if gemm_budget:
-        return _gemm_attention_case(D, G, T, p0, window, softcap, gemm_budget)
+    from contextlib import ExitStack
 
-    def run(name, ref, cu, rng):
-        Hkv = 2
-        H, S = Hkv * G, p0 + T + 7
-        q = rng.standard_normal((T, H, D)).astype(np.float32)
-        kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
-        vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
-        (kd, vd), (kc, vc) = kernel_cases_attn.half_cache(kc, vc, half)
-        pos = np.array([p0], np.int32)
-        scale = D ** -0.5
-        want = np.empty((T, H, D), np.float32)
-        ref.attention(q, kc, vc, pos, scale=scale, softcap=softcap, window=window, out=want)
-        out = cu.zeros((T, H, D))
-        cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _dev(cu, pos), scale=scale, softcap=softcap,
-                     window=window, out=out)
-        return compare(name, "attention", cu.to_host(out), want)
-    return run
-
-
-def _gemm_attention_case(D, G, T, p0, window, softcap, budget: int) -> Case:
     from .kernel_check import setting
     from .ops.cuda import attn_gemm
 
@@ -182,17 +162,20 @@ def _gemm_attention_case(D, G, T, p0, window, softcap, budget: int) -> Case:
         q = rng.standard_normal((T, H, D)).astype(np.float32)
         kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
         vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
-        (kd, vd), (kc, vc) = kernel_cases_attn.half_cache(kc, vc, True)
+        (kd, vd), (kc, vc) = kernel_cases_attn.half_cache(kc, vc, half or bool(gemm_budget))
         pos = np.array([p0], np.int32)
         scale = D ** -0.5
         want = np.empty((T, H, D), np.float32)
         ref.attention(q, kc, vc, pos, scale=scale, softcap=softcap, window=window, out=want)
         out = cu.zeros((T, H, D))
-        cu._scratch.pop("ag_s", None)
-        with setting(cu, "attn_gemm", True), setting(attn_gemm, "SCORE_BUDGET", budget):
+        with ExitStack() as on:
+            if gemm_budget:
+                cu._scratch.pop("ag_s", None)
+                on.enter_context(setting(cu, "attn_gemm", True))
+                on.enter_context(setting(attn_gemm, "SCORE_BUDGET", gemm_budget))
             cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _dev(cu, pos), scale=scale, softcap=softcap,
                          window=window, out=out, n_keys=p0 + T)
-        if "ag_s" not in cu._scratch:
+        if gemm_budget and "ag_s" not in cu._scratch:
             return Result(name + " (did not run: fell back)", "attention", float("inf"), float("inf"))
         return compare(name, "attention", cu.to_host(out), want)
     return run

@@ -76,6 +76,13 @@ __device__ __forceinline__ void load_group(const Planes& p, i64 row, int g, int 
     load_scales<FMT>(p, row, g, K, r);  // issued after the main plane's streaming loads
 }
 
+// Group g of rows row0 .. row0 + R - 1 (rows past N re-read row N - 1; their sums are never stored).
+template <int FMT, int R>
+__device__ __forceinline__ void load_rows(const Planes& p, int row0, int N, int g, int K, GRaw<FMT> (&raw)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+}
+
 __host__ __device__ constexpr float p2(int e) {
     float v = 1.f;
     for (int i = 0; i < e; ++i) v *= 2.f;

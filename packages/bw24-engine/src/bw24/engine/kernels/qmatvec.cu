@@ -62,10 +62,7 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
     // same dots in the same order as the loop: the same bits.
     {
         GRaw<FMT> first[R];
-        if (tid < G_END) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), tid, K, first[r]);
-        }
+        if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
         PDL_WAIT();
         if (tid < G_END) qmv_group<FMT, R, NT>(first, x, K, T, tid, acc);
     }

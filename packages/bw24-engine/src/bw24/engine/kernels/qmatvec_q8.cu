@@ -84,10 +84,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         // with K = 4096 and 4-warp blocks that is all of a block's weights. The same dots in the same
         // order as the loop below: the same bits.
         GRaw<FMT> first[R];
-        if (tid < G_END) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), tid, K, first[r]);
-        }
+        if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
         PDL_WAIT();
         if (tid < G_END) {
             XQ xg;

@@ -231,7 +231,6 @@ def rope_attention_case(mode, T, Hkv, G, D, rope_dim, p0, qk_norm=True, half=Fal
         ref.rope_kv(qr, k.copy(), v, np.array([p0], np.int32), kcr, vcr, q_norm=qn, k_norm=kn, **rope)
         if half:  # the cache the attention reads holds float16 keys
             kcr, vcr = (a.astype(np.float16).astype(np.float32) for a in (kcr, vcr))
-        ref.attention(qr, kcr, vcr, np.array([p0], np.int32), out=want, **attn)
         dn = dict(q_norm=None if qn is None else _dev(cu, qn), k_norm=None if kn is None else _dev(cu, kn))
         qd, kd, vd = _dev(cu, q), _dev(cu, k), _dev(cu, v)
 
@@ -244,11 +243,17 @@ def rope_attention_case(mode, T, Hkv, G, D, rope_dim, p0, qk_norm=True, half=Fal
             launch(0, T, kcd, vcd, out)
         if not np.array_equal(cu.to_host(qd), q):
             return compare(name + " (q rotated: rope_kv ran)", "exact", np.ones(1), np.zeros(1))
-        r = compare(name, "attention", cu.to_host(out), want)
         new = (slice(None), slice(p0, p0 + T))
-        got = np.concatenate([cu.to_host(a)[new].astype(np.float32).ravel() for a in (kcd, vcd)])
-        rc = compare(name + " cache", "gemm16" if half else "elementw", got,
+        kgot, vgot = (cu.to_host(a).astype(np.float32) for a in (kcd, vcd))
+        rc = compare(name + " cache", "gemm16" if half else "elementw",
+                     np.concatenate([kgot[new].ravel(), vgot[new].ravel()]),
                      np.concatenate([a[new].ravel() for a in (kcr, vcr)]))
+        # the output against attention over the keys the device stored: a float16 key that rounded the
+        # other way at a tie (its fp32 norm sums in another order) is the cache check's business, not this one
+        kmix, vmix = kcr.copy(), vcr.copy()
+        kmix[new], vmix[new] = kgot[new], vgot[new]
+        ref.attention(qr, kmix, vmix, np.array([p0], np.int32), out=want, **attn)
+        r = compare(name, "attention", cu.to_host(out), want)
         if not (r.ok and rc.ok):
             return r if not r.ok else rc
         kc1, vc1, ones = _dev(cu, kcd0), _dev(cu, vcd0), cu.zeros((T, H, D))

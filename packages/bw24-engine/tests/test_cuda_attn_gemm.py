@@ -130,7 +130,7 @@ def test_usable_and_chunk_rows():
     assert not attn_gemm.usable(q, f32, f32, 30)     # a float32 cache: the flash kernel
     assert not attn_gemm.usable(q, f16, f16, 10)     # fewer keys than queries: not a causal chunk
     assert not attn_gemm.usable(q, f16, f16, 65)     # past the cache
-    assert attn_gemm.chunk_rows(512, 32, 512, 256 << 20) == 512
+    assert attn_gemm.chunk_rows(512, 32, 512, 256 << 20) == 512 and attn_gemm.chunk_rows(512, 32, 512) == 512
     rows = attn_gemm.chunk_rows(4096, 32, 4096, 256 << 20)
     assert rows % 16 == 0 and 8 * 32 * 4096 * rows <= 256 << 20 < 8 * 32 * 4096 * (rows + 16)
     assert attn_gemm.chunk_rows(100, 64, 40000, 1 << 10) == 16  # never below 16 rows

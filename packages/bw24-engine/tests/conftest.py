@@ -200,6 +200,23 @@ def spec_pair(d: Path, n_ctx: int) -> dict:
     return dict(target=load("target.gguf"), draft=load("draft.gguf"), same=load("target.gguf"))
 
 
+def kernel_params(file: str, kernel: str) -> list[str]:
+    """The parameter declarations of __global__ `kernel` in kernels/<file> (launch-plan tests check that
+    the host passes as many arguments: a miscount is garbage on the device, not an error)."""
+    import re
+
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+
+    text = (KERNEL_DIR / file).read_text()
+    for m in re.finditer(r"__global__", text):
+        head = re.sub(r"__launch_bounds__\s*\([^)]*\)", "", text[m.start():text.index("{", m.start())])
+        name = re.search(r"(\w+)\s*\(", head)
+        if name and name.group(1) == kernel:
+            body = head[name.end():head.rindex(")")]
+            return [p.strip() for p in body.split(",")]
+    raise KeyError(f"no kernel {kernel} in {file}")
+
+
 class HostDev(np.ndarray):
     """A host array standing in for a device one (data.ptr, shape, flags): launch-plan tests without a GPU."""
 

@@ -36,8 +36,9 @@ def _emu_gemm(ops, op_a, op_b, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batc
 class _EmuOps:
     """The parts of CudaOps that attn_gemm uses; kernels by name, in NumPy."""
 
-    def __init__(self, dev):
+    def __init__(self, dev, params):
         self.dev, self.scratch, self.launches, self.gemms = dev, {}, [], 0
+        self.params = lambda fn: params("attention_gemm.cu", fn)  # conftest.kernel_params
 
     def _buf(self, key, n, dtype=np.float32, zeroed=False):
         a = self.scratch.get(key)
@@ -51,6 +52,7 @@ class _EmuOps:
 
     def _launch(self, fn, grid, block, args, shared_mem=0):
         self.launches.append(fn)
+        assert len(args) == len(self.params(fn)), f"{fn}: {len(args)} arguments for {self.params(fn)}"
         getattr(self, fn)(grid, *args)
 
     def attn_q_split(self, grid, q, T, H, D, qh, ql):
@@ -92,7 +94,7 @@ def _run_plan(helpers, monkeypatch, gemm, D, G, T, p0, window, softcap, budget):
     RefOps().attention(q, kc.astype(np.float32), vc.astype(np.float32), np.array([p0], np.int32), scale=D ** -0.5,
                        softcap=softcap, window=window, out=want)
     dev = helpers.HostDev
-    ops, out = _EmuOps(dev), np.zeros((T, H, D), np.float32).view(dev)
+    ops, out = _EmuOps(dev, helpers.kernel_params), np.zeros((T, H, D), np.float32).view(dev)
     args = (q.view(dev), kc.view(dev), vc.view(dev))
     assert attn_gemm.usable(*args, p0 + T)
     attn_gemm.attention(ops, *args, np.array([p0], np.int32).view(dev), scale=D ** -0.5, softcap=softcap,

@@ -219,10 +219,10 @@ def test_verify_launch_plan_exact_token_count_and_rows():
 class _PlanOps:
     """Records what CudaOps.matmul_norm dispatches, without a GPU."""
 
-    def __init__(self, on: bool, plan, dev):
+    def __init__(self, on: bool, plan, helpers):
         from types import SimpleNamespace
 
-        self.dev = dev  # conftest.HostDev
+        self.dev, self.params = helpers.HostDev, helpers.kernel_params  # conftest
         self.norm_epilogue, self.verify_rows, self._q8_ready, self.calls = on, None, None, []
         self.qmv_configs = SimpleNamespace(plan=plan)
 
@@ -240,6 +240,7 @@ class _PlanOps:
     def _launch(self, fn, grid, block, args, shared_mem=0):
         self._q8_ready = None
         self.calls.append(fn[1].split("<")[0])
+        assert len(args) == len(self.params(fn[0], self.calls[-1])), f"{fn}: {len(args)} arguments"
 
     def matmul(self, w, x, *, out, residual=None):
         self.calls.append("matmul")
@@ -258,8 +259,8 @@ def test_matmul_norm_dispatch(helpers):
     from bw24.engine.ops.cuda.backend import CudaOps
 
     def run(on, T, N, path, W, K=4096):
-        ops = _PlanOps(on, lambda qt, n, k: (path, W, 4), helpers.HostDev)
-        w = SimpleNamespace(n=N, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: ())
+        ops = _PlanOps(on, lambda qt, n, k: (path, W, 4), helpers)
+        w = SimpleNamespace(n=N, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0))  # the 4 weight planes
         x, out, nout = (np.zeros(s, np.float32).view(helpers.HostDev) for s in ((T, K), (T, N), (T, N)))
         CudaOps.matmul_norm(ops, w, x, out=out, residual=out, norm=np.ones(N, np.float32).view(helpers.HostDev), eps=1e-6,
                             norm_out=nout)
@@ -284,7 +285,7 @@ def test_attention_q8_output_dispatch(helpers):
 
     def run(on, H, Dv, T=1, fuse=0):
         launches = []
-        cu = _PlanOps(False, None, helpers.HostDev)
+        cu = _PlanOps(False, None, helpers)
         cu.attn_q8, cu.attn_override = on, {"fuse_combine": fuse}
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: (launches.append((fn[1].split("<")[0], args)),
@@ -316,7 +317,7 @@ def test_rope_attention_dispatch(helpers):
 
     def run(on, T=1, mode="neox", rope_dim=128, D=128):
         launches = []
-        cu = _PlanOps(False, None, helpers.HostDev)
+        cu = _PlanOps(False, None, helpers)
         cu.rope_attn, cu.attn_q8, cu.attn_override = on, False, {"fuse_combine": 0}
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], args))
@@ -332,10 +333,14 @@ def test_rope_attention_dispatch(helpers):
                                attn=dict(scale=1.0, softcap=None, window=None, out=out, n_keys=T))
         names = [n for n, _ in launches]
         split = next(a for n, a in launches if n.startswith("attn_split"))
+        assert len(split) == len(helpers.kernel_params("attention.cu", "attn_split"))
+        assert len(launches[-1][1]) == len(helpers.kernel_params("attention.cu", "attn_combine"))
         rope_args = split[17:]
         return names, (rope_args[0] is k and rope_args[1] is v and rope_args[2] is qn and rope_args[-2] is kc
                        and int(rope_args[6]) == (mode == "neox"))
 
+    n_split = len(helpers.kernel_params("attention.cu", "attn_split"))
+    assert n_split == 28 and len(helpers.kernel_params("attention.cu", "attn_combine")) == 11
     fused = (["attn_split<128,128,4,32,float,true>", "attn_combine"], True)
     assert run(True) == fused and run(True, T=16) == fused
     assert run(True, mode="norm") == (fused[0], True)

@@ -73,8 +73,7 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
 #pragma unroll 2
     for (int g = g0; g < G_END; g += 32 * W) {
         GRaw<FMT> raw[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+        load_rows<FMT, R>(p, row0, N, g, K, raw);
         qmv_group<FMT, R, NT>(raw, x, K, T, g, acc);
     }
     reduce_store<W, R, NT>(acc, T, N, bias, residual, out, softcap, row0, red);

@@ -62,6 +62,16 @@ extern "C" __global__ void glu_q8(const float* gate, const float* __restrict__ u
 template <int W>
 constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNROLL : W == 1 ? 2 : 1; }
 
+// Decode (one token): group g of R rows against the token's int8 activations, acc[r] += dot.
+template <int FMT, int R>
+__device__ __forceinline__ void qmv8_group1(const GRaw<FMT> (&raw)[R], const i8* __restrict__ xq,
+                                            const int2* __restrict__ xs, int K, int g, float (&acc)[R][1]) {
+    XQ xg;
+    load_xq(xq, xs, 0, K, g, xg);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r][0] += group_dot_q8<FMT>(raw[r], xg);
+}
+
 template <int FMT, int W, int R, int NT>
 __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict__ xq, const int2* __restrict__ xs,
                                           int K, int N, int T, const float* __restrict__ bias,
@@ -86,12 +96,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         GRaw<FMT> first[R];
         if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
         PDL_WAIT();
-        if (tid < G_END) {
-            XQ xg;
-            load_xq(xq, xs, 0, K, tid, xg);
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[r][0] += group_dot_q8<FMT>(first[r], xg);
-        }
+        if (tid < G_END) qmv8_group1<FMT, R>(first, xq, xs, K, tid, acc);
         const int g0 = tid + 32 * W;
 #else
         const int g0 = tid;
@@ -99,14 +104,8 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
 #pragma unroll 2
         for (int g = g0; g < G_END; g += 32 * W) {
             GRaw<FMT> raw[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
-            if (T > 0) {  // (T >= 1 always; kept so that the decode kernels' code stays as it was)
-                XQ xg;
-                load_xq(xq, xs, 0, K, g, xg);
-#pragma unroll
-                for (int r = 0; r < R; ++r) acc[r][0] += group_dot_q8<FMT>(raw[r], xg);
-            }
+            load_rows<FMT, R>(p, row0, N, g, K, raw);
+            if (T > 0) qmv8_group1<FMT, R>(raw, xq, xs, K, g, acc);  // (T >= 1 always; kept: the decode code as it was)
         }
     } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
         PDL_WAIT();
@@ -115,8 +114,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         for (int g = tid; g < G_END; g += 32 * W) {
             GRaw<FMT> raw[R];
             GCodes cd[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
+            load_rows<FMT, R>(p, row0, N, g, K, raw);
 #pragma unroll
             for (int r = 0; r < R; ++r) unpack_codes<FMT>(raw[r], cd[r]);
 #pragma unroll

@@ -37,8 +37,10 @@ class RowExactOps:
         self.base.copy_from_host(self._pos, np.array([p0 + t], np.int32))
         return self._pos
 
-    # rope_kv then attention, each row by row below (never the base's fused one over all rows)
+    # Ops' compositions, through the row-by-row ops below (never the base's fused ones over all rows):
+    # rope_kv then attention; matmul then rmsnorm
     rope_attention = Ops.rope_attention
+    matmul_norm = Ops.matmul_norm
 
     def rmsnorm(self, x, w, eps, *, out, add=None):
         for t in range(x.shape[0]):
@@ -52,10 +54,6 @@ class RowExactOps:
         for t in range(x.shape[0]):
             self.base.matmul(w, x[t:t + 1], out=out[t:t + 1], bias=bias,
                              residual=None if residual is None else residual[t:t + 1])
-
-    def matmul_norm(self, w, x, *, out, residual=None, norm, eps, norm_out):
-        self.matmul(w, x, out=out, residual=residual)  # row by row, as a decode step's
-        self.rmsnorm(out, norm, eps, out=norm_out)
 
     def matmul_multi(self, ws, x, *, outs, biases=None):
         for t in range(x.shape[0]):

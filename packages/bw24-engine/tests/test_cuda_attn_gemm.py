@@ -29,8 +29,8 @@ def _emu_gemm(ops, op_a, op_b, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batc
         A = A.T if op_a == attn_gemm.OP_T else A
         B = B.T if op_b == attn_gemm.OP_T else B
         C = _colmajor(c + 4 * i * sc, np.float32, m, n, ldc)
-        prod = float(alpha) * (A.astype(np.float64) @ B.astype(np.float64))
-        C[...] = prod if float(beta) == 0 else prod + float(beta) * C
+        prod = alpha.item() * (A.astype(np.float64) @ B.astype(np.float64))
+        C[...] = prod if beta.item() == 0 else prod + beta.item() * C
 
 
 class _EmuOps:

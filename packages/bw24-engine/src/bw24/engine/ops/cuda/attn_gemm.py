@@ -19,6 +19,9 @@ import math
 
 import numpy as np
 
+from .prefill import _ONE, _ZERO, OP_N, OP_T  # host alpha / beta kept alive, cublasOperation_t
+from .prefill import gemm_ex as _gemm  # (a module name of its own: the CPU plan tests stand in for it)
+
 # Scratch for one chunk's scores (float32) and probabilities (two float16 planes): 8 bytes per
 # (head, query row, key). 128 MiB holds the 8B's (32 heads) 512 query rows against 1k keys at once, and
 # keeps its pp4096 peak (6.18 GiB at ddfc1fd) within llama.cpp's 5.80 GiB + 10%.
@@ -48,28 +51,6 @@ def _ld(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _gemm(ops, op_a: int, op_b: int, m: int, n: int, k: int, a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
-          c: int, ldc: int, sc: int, batch: int, alpha, beta) -> None:
-    """Column-major C[m, n] = alpha op(A) op(B) + beta C, float16 A / B, float32 C and compute, over
-    `batch` strided triples (cublasGemmStridedBatchedEx on the backend's stream)."""
-    from cupy.cuda import device
-    from cupy_backends.cuda.api import runtime
-    from cupy_backends.cuda.libs import cublas
-
-    h = device.get_cublas_handle()
-    f16, f32 = runtime.CUDA_R_16F, runtime.CUDA_R_32F
-    with ops.stream:
-        cublas.setStream(h, ops.stream.ptr)
-        cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)
-        cublas.gemmStridedBatchedEx(h, op_a, op_b, m, n, k, alpha.ctypes.data, a, f16, lda, sa, b, f16, ldb, sb,
-                                    beta.ctypes.data, c, f32, ldc, sc, batch, cublas.CUBLAS_COMPUTE_32F,
-                                    cublas.CUBLAS_GEMM_DEFAULT)
-
-
-_ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
-OP_N, OP_T = 0, 1  # cublasOperation_t (no cuBLAS import needed to plan the calls)
-
-
 def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys: int) -> None:
     """Causal GQA attention of T > 16 queries at positions n_keys - T .. n_keys - 1 (pos[0] on the
     device is n_keys - T; the mask reads it there, the GEMM sizes come from n_keys)."""
@@ -87,7 +68,6 @@ def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_k
     split = ops._k("attention_gemm.cu", "attn_q_split")
     soft = ops._k("attention_gemm.cu", "attn_softmax_rows")
     gather = ops._k("attention_gemm.cu", "attn_o_gather")
-    N, T_ = OP_N, OP_T
     p0 = n_keys - T
     for t0 in range(0, T, Tc):
         tc = min(Tc, T - t0)
@@ -98,14 +78,14 @@ def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_k
                     (q[t0:t0 + tc], np.int32(tc), np.int32(H), np.int32(D), qh, ql))
         # scores: for kv head hk, C[nk, G tc] (ld) = K_hk[nk, D] . q rows [G tc, D]^T; low part first
         for part, beta in ((ql, _ZERO), (qh, _ONE)):
-            _gemm(ops, T_, N, nk, G * tc, D, k_cache.data.ptr, D, S * D, part.data.ptr, D, G * tc * D,
+            _gemm(ops, OP_T, OP_N, nk, G * tc, D, k_cache.data.ptr, D, S * D, part.data.ptr, D, G * tc * D,
                   s.data.ptr, ld, G * tc * ld, Hkv, _ONE, beta)
         ops._launch(soft, (H * tc,), 256,
                     (s, np.int32(tc), np.int32(ld), np.int32(nk), pos, np.int32(t0), np.float32(scale),
                      np.float32(softcap or 0.0), np.int32(int(window or 0)), ph, pl))
         # O rows [G tc, Dv] of kv head hk: C[Dv, G tc] (ld Dv) = V_hk^T[Dv, nk] . P rows^T[nk, G tc]
         for part, beta in ((pl, _ZERO), (ph, _ONE)):
-            _gemm(ops, N, N, Dv, G * tc, nk, v_cache.data.ptr, Dv, S * Dv, part.data.ptr, ld, G * tc * ld,
+            _gemm(ops, OP_N, OP_N, Dv, G * tc, nk, v_cache.data.ptr, Dv, S * Dv, part.data.ptr, ld, G * tc * ld,
                   o.data.ptr, Dv, G * tc * Dv, Hkv, _ONE, beta)
         m = tc * H * Dv
         ops._launch(gather, (min(math.ceil(m / 256), 4096),), 256,

@@ -62,28 +62,38 @@ def is_split(ops, q8: bool) -> bool:
     return p == "split" or (p == "auto" and not q8)
 
 
-def _cublas_gemm(ops, w16, x16, y, r: int, T: int, K: int, ldc: int, alpha, beta, batch: int = 1,
-                 stride_w: int = 0, stride_x: int = 0, stride_y: int = 0) -> None:
-    """y[T, r] (row stride ldc) (+)= alpha * x16[T, K] @ w16[r, K]^T: fp16 inputs, fp32 compute/output;
-    `batch` such products at element strides stride_w / stride_x / stride_y (MoE experts).
-    Column-major view: C[r, T] = op(A) B with A = w16 as [K, r] transposed, B = x16 as [K, T]."""
+OP_N, OP_T = 0, 1  # cublasOperation_t (no cuBLAS import needed to plan the calls)
+
+
+def gemm_ex(ops, op_a: int, op_b: int, m: int, n: int, k: int, a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
+            c: int, ldc: int, sc: int, batch: int, alpha, beta) -> None:
+    """Column-major C[m, n] = alpha op(A) op(B) + beta C: float16 A / B, float32 C and compute, on the
+    backend's stream; `batch` such triples at element strides sa / sb / sc (one: cublasGemmEx)."""
     from cupy.cuda import device
     from cupy_backends.cuda.api import runtime
     from cupy_backends.cuda.libs import cublas
 
     h = device.get_cublas_handle()
     f16, f32 = runtime.CUDA_R_16F, runtime.CUDA_R_32F
-    wp, xp = _ptr(w16), _ptr(x16)
     with ops.stream:  # cupy_backends' cuBLAS wrappers bind the handle to the *current* stream
         cublas.setStream(h, ops.stream.ptr)
         cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)  # alpha/beta are host floats
         if batch == 1:
-            cublas.gemmEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, r, T, K, alpha.ctypes.data, wp, f16, K, xp,
-                          f16, K, beta.ctypes.data, y, f32, ldc, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+            cublas.gemmEx(h, op_a, op_b, m, n, k, alpha.ctypes.data, a, f16, lda, b, f16, ldb, beta.ctypes.data, c,
+                          f32, ldc, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
         else:
-            cublas.gemmStridedBatchedEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, r, T, K, alpha.ctypes.data,
-                                        wp, f16, K, stride_w, xp, f16, K, stride_x, beta.ctypes.data, y, f32, ldc,
-                                        stride_y, batch, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+            cublas.gemmStridedBatchedEx(h, op_a, op_b, m, n, k, alpha.ctypes.data, a, f16, lda, sa, b, f16, ldb, sb,
+                                        beta.ctypes.data, c, f32, ldc, sc, batch, cublas.CUBLAS_COMPUTE_32F,
+                                        cublas.CUBLAS_GEMM_DEFAULT)
+
+
+def _cublas_gemm(ops, w16, x16, y, r: int, T: int, K: int, ldc: int, alpha, beta, batch: int = 1,
+                 stride_w: int = 0, stride_x: int = 0, stride_y: int = 0) -> None:
+    """y[T, r] (row stride ldc) (+)= alpha * x16[T, K] @ w16[r, K]^T: fp16 inputs, fp32 compute/output;
+    `batch` such products at element strides stride_w / stride_x / stride_y (MoE experts).
+    Column-major view: C[r, T] = op(A) B with A = w16 as [K, r] transposed, B = x16 as [K, T]."""
+    gemm_ex(ops, OP_T, OP_N, r, T, K, _ptr(w16), K, stride_w, _ptr(x16), K, stride_x, y, ldc, stride_y, batch,
+            alpha, beta)
 
 
 def _ptr(a) -> int:

@@ -85,7 +85,7 @@ def spec_table(m, ops, rng, plain_us: float, decode_kernels: float, verify_kerne
     every draft step and verify replays a kept graph)."""
     from bw24.engine.spec import DraftModelDrafter, SpecDecoder
     from bw24.engine.spec.draft_model import twin_model
-    from bw24.engine.spec.runner import prefill
+    from bw24.engine.spec.runner import ingest
 
     d = DraftModelDrafter(twin_model(m))
     dec = SpecDecoder(m, d, k=k)
@@ -101,13 +101,8 @@ def spec_table(m, ops, rng, plain_us: float, decode_kernels: float, verify_kerne
     rounds = max(st.rounds, 1)
     dec_us = st.decode_s * 1e6
 
-    def ingest():  # what generate does before its decode clock starts
-        m.kv.reset()
-        _, hidden = prefill(m, prompt, d.needs_hidden)
-        d.begin(prompt, hidden)
-
     full, _ = kernel_table(lambda: list(dec.generate(prompt, n)), 1)
-    pre, _ = kernel_table(ingest, 1)
+    pre, _ = kernel_table(lambda: ingest(m, d, prompt), 1)  # what generate does before its decode clock
     ops.synchronize()
     minus = {r[0]: r for r in pre}
     rows = sorted(((name, c - minus.get(name, (0, 0, 0))[1], t - minus.get(name, (0, 0, 0))[2]) for name, c, t in full),

@@ -54,6 +54,16 @@ class SpecStats:
         return self.n_generated / self.decode_s if self.decode_s > 0 else float("nan")
 
 
+def ingest(model, drafter, prompt: Sequence[int], begin: bool = True) -> np.ndarray:
+    """The prompt into a fresh target cache and (begin) into the drafter: what a generation does before
+    its decode clock starts. The target's last-row logits [1, V]."""
+    model.kv.reset()
+    last_logits, hidden = prefill(model, prompt, drafter.needs_hidden)
+    if begin:
+        drafter.begin(prompt, hidden)
+    return last_logits
+
+
 def prefill(model, prompt: Sequence[int], want_hidden: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Last-row logits [1, V] of the prompt and, if asked, every row's hidden state [n, E]: plain
     Transformer.feed, so the cache equals plain decode's."""
@@ -124,10 +134,7 @@ class SpecDecoder:
         st.n_prompt = len(prompt)
 
         t0 = time.perf_counter()
-        m.kv.reset()
-        last_logits, hidden = prefill(m, prompt, d.needs_hidden)
-        if n > 1:
-            d.begin(prompt, hidden)
+        last_logits = ingest(m, d, prompt, begin=n > 1)
         st.prefill_s = (t1 := time.perf_counter()) - t0
         counts = np.bincount(prompt, minlength=V).astype(np.int32) if params.has_penalties else None
         first = sample(last_logits[-1], params, len(prompt), counts)

@@ -20,17 +20,21 @@
 //   and 4 nkeys written; the gather 4 T H DV each way.
 #include "common.cuh"
 
+// Element i of a token-major [T, H, D] array: its offset in the head-major [H, T, D] layout.
+__device__ __forceinline__ i64 head_major(i64 i, int T, int H, int D) {
+    const int d = (int)(i % D);
+    const i64 th = i / D;
+    return ((th % H) * T + th / H) * D + d;
+}
+
 extern "C" __global__ void attn_q_split(const float* __restrict__ q, int T, int H, int D, __half* __restrict__ qh,
                                         __half* __restrict__ ql) {
     PDL_OPEN();
     const i64 n = (i64)T * H * D;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const int d = (int)(i % D);
-        const i64 th = i / D;
-        const int h = (int)(th % H), t = (int)(th / H);
         const float x = q[i];
         const __half hi = __float2half_rn(x);
-        const i64 o = ((i64)h * T + t) * D + d;
+        const i64 o = head_major(i, T, H, D);
         qh[o] = hi;
         ql[o] = __float2half_rn(x - __half2float(hi));
     }
@@ -84,10 +88,6 @@ attn_softmax_rows(const float* __restrict__ s, int T, int ld, int nkeys, const i
 extern "C" __global__ void attn_o_gather(const float* __restrict__ o, int T, int H, int DV, float* __restrict__ out) {
     PDL_OPEN();
     const i64 n = (i64)T * H * DV;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const int d = (int)(i % DV);
-        const i64 th = i / DV;
-        const int h = (int)(th % H), t = (int)(th / H);
-        out[i] = o[((i64)h * T + t) * DV + d];
-    }
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = o[head_major(i, T, H, DV)];
 }

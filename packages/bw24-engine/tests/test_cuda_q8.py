@@ -224,6 +224,7 @@ class _PlanOps:
 
         self.dev, self.params = helpers.HostDev, helpers.kernel_params  # conftest
         self.norm_epilogue, self.verify_rows, self._q8_ready, self.calls = on, None, None, []
+        self._rope_tabs, self._capturing = {}, False
         self.qmv_configs = SimpleNamespace(plan=plan)
 
     def _verify_plan(self, path, T, R):
@@ -336,12 +337,18 @@ def test_rope_attention_dispatch(helpers):
         assert len(split) == len(helpers.kernel_params("attention.cu", "attn_split"))
         assert len(launches[-1][1]) == len(helpers.kernel_params("attention.cu", "attn_combine"))
         rope_args = split[17:]
-        return names, (rope_args[0] is k and rope_args[1] is v and rope_args[2] is qn and rope_args[-2] is kc
-                       and int(rope_args[6]) == (mode == "neox"))
+        ok = (rope_args[0] is k and rope_args[1] is v and rope_args[2] is qn and rope_args[-2] is kc
+              and int(rope_args[6]) == (mode == "neox"))
+        if names[0] == "rope_table":  # built first, for the cache's S positions; attn_split reads that buffer
+            tab = launches[0][1]
+            assert len(tab) == len(helpers.kernel_params("rope.cu", "rope_table"))
+            ok = ok and rope_args[7] is tab[0] and int(tab[1]) == S and int(tab[2]) == rope_dim
+            ok = ok and tab[0].size == S * rope_dim and float(tab[3]) == 1e6
+        return names, ok
 
     n_split = len(helpers.kernel_params("attention.cu", "attn_split"))
-    assert n_split == 28 and len(helpers.kernel_params("attention.cu", "attn_combine")) == 11
-    fused = (["attn_split<128,128,4,32,float,true>", "attn_combine"], True)
+    assert n_split == 27 and len(helpers.kernel_params("attention.cu", "attn_combine")) == 11
+    fused = (["rope_table", "attn_split<128,128,4,32,float,true>", "attn_combine"], True)
     assert run(True) == fused and run(True, T=16) == fused
     assert run(True, mode="norm") == (fused[0], True)
     assert run(False)[0] == ["rope_kv", "attn_split<128,128,4,32>", "attn_combine"]

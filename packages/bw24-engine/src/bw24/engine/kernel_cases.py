@@ -146,6 +146,21 @@ def rope_case(mode, T, H, Hkv, D, rope_dim, p0) -> Case:
     return run
 
 
+def rope_table_case(rope_dim: int, base: float, freq_scale: float, n_pos: int) -> Case:
+    """norm.rope_table (the (cos, sin) rope_kv and the attention's rope read, float32 from double angles)
+    vs NumPy's double angles of ops/ref.py rope_kv, at every position up to n_pos."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda.norm import rope_table
+
+        half = rope_dim // 2
+        inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)
+        ang = np.arange(n_pos, dtype=np.float64)[:, None] * freq_scale * inv_freq
+        want = np.stack([np.cos(ang), np.sin(ang)], -1).astype(np.float32)
+        got = cu.to_host(rope_table(cu, base, freq_scale, rope_dim, n_pos))
+        return compare(name, "elementw", got.ravel(), want.ravel())
+    return run
+
+
 def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget: int = 0) -> Case:
     """cu.attention (decode split-K for T <= 16, flash prefill above) vs the reference; half: the KV
     cache in float16 (the reference reads the same rounded values); gemm_budget > 0: the GEMM prefill
@@ -334,6 +349,8 @@ def cases() -> Iterator[tuple[str, Case]]:
     for mode, T, H, Hkv, D, rd, p0 in (("norm", 1, 9, 3, 64, 64, 517), ("neox", 4, 8, 2, 128, 128, 4093),
                                        ("neox", 2, 4, 1, 256, 256, 0), ("norm", 3, 6, 2, 64, 32, 77)):
         yield f"rope_kv {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}", rope_case(mode, T, H, Hkv, D, rd, p0)
+    for rd, base, fs, n in ((128, 1e6, 1.0, 40960), (64, 1e4, 0.25, 8192), (32, 5e5, 1.0, 3)):
+        yield f"rope_table rope_dim={rd} base={base:g} freq_scale={fs} positions={n}", rope_table_case(rd, base, fs, n)
     for D, _, G in ATTN_SHAPES:
         yield f"attention D={D} G={G} T=1 pos=300", attention_case(D, G, 1, 300, None, None)
     yield "attention D=64 G=3 T=5 pos=1000 window=257", attention_case(64, 3, 5, 1000, 257, None)

@@ -142,13 +142,13 @@ struct RopeArgs {
     const float* k_norm;  // [D] or null
     float eps;
     int rope_dim, neox;
-    double base, freq_scale;
+    const float2* tab;  // rope.cu rope_table: (cos a, sin a) per (position, pair)
 };
 
 // x: this lane's PD dims (lane * PD ..) of one head at position p, normed (nw) and rotated in place.
 template <int PD>
 __device__ __forceinline__ void rope_row(float (&x)[PD], const float* __restrict__ nw, float eps, int p, int rope_dim,
-                                         int neox, double base, double freq_scale, int lane) {
+                                         int neox, const float2* __restrict__ tab, int lane) {
     constexpr int D = 32 * PD;
     if (nw) {  // warp-uniform
         float ss = 0.f;
@@ -170,8 +170,8 @@ __device__ __forceinline__ void rope_row(float (&x)[PD], const float* __restrict
             if (d < rope_dim) {
                 const bool first = d < half;
                 const int i = first ? d : d - half;
-                const double ang = (double)p * freq_scale * pow(base, -2.0 * i / rope_dim);
-                const float c = (float)cos(ang), s = (float)sin(ang);
+                const float2 cs = tab[(i64)p * half + i];
+                const float c = cs.x, s = cs.y;
                 // (u, v) = (x_i, x_{i+half}) -> (u c - v s, v c + u s)
                 x[e] = first ? x[e] * c - y[e] * s : x[e] * c + y[e] * s;
             }
@@ -181,9 +181,8 @@ __device__ __forceinline__ void rope_row(float (&x)[PD], const float* __restrict
         for (int e = 0; e < PD; e += 2) {
             const int d = lane * PD + e;
             if (d < rope_dim) {
-                const int i = d / 2;
-                const double ang = (double)p * freq_scale * pow(base, -2.0 * i / rope_dim);
-                const float c = (float)cos(ang), s = (float)sin(ang);
+                const float2 cs = tab[(i64)p * half + d / 2];
+                const float c = cs.x, s = cs.y;
                 const float u = x[e], v = x[e + 1];
                 x[e] = u * c - v * s;
                 x[e + 1] = v * c + u * s;
@@ -200,7 +199,7 @@ __device__ __forceinline__ void new_key(const RopeArgs& ra, int j, int p0, int h
     const int tt = j - p0;
     load_row<PD>(kr, ra.k + ((i64)tt * Hkv + hk) * (32 * PD) + lane * PD);
     load_row<PV>(vr, ra.v + ((i64)tt * Hkv + hk) * (32 * PV) + lane * PV);
-    rope_row<PD>(kr, ra.k_norm, ra.eps, j, ra.rope_dim, ra.neox, ra.base, ra.freq_scale, lane);
+    rope_row<PD>(kr, ra.k_norm, ra.eps, j, ra.rope_dim, ra.neox, ra.tab, lane);
 #pragma unroll
     for (int e = 0; e < PD; ++e) kr[e] = kv_round(kr[e], (const KT*)nullptr);
 #pragma unroll
@@ -214,10 +213,10 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
            int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
            int* __restrict__ tickets, i8* __restrict__ xq, int2* __restrict__ xs, const float* __restrict__ rk,
            const float* __restrict__ rv, const float* __restrict__ rqn, const float* __restrict__ rkn, float reps,
-           int rope_dim, int neox, double rbase, double rscale, KT* kcw, KT* vcw) {
+           int rope_dim, int neox, const float2* __restrict__ rtab, KT* kcw, KT* vcw) {
     PDL_OPEN();
     constexpr int PD = D / 32, PV = DV / 32;
-    const RopeArgs ra{rk, rv, rqn, rkn, reps, rope_dim, neox, rbase, rscale};  // used when ROPE
+    const RopeArgs ra{rk, rv, rqn, rkn, reps, rope_dim, neox, rtab};  // used when ROPE
     // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
     constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
     static_assert(KB >= 1 && CH % (NW * KB) == 0, "CH must be a multiple of the keys per round");
@@ -238,7 +237,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     if constexpr (ROPE) {
 #pragma unroll
         for (int g = 0; g < G; ++g)
-            rope_row<PD>(qr[g], ra.q_norm, ra.eps, p, ra.rope_dim, ra.neox, ra.base, ra.freq_scale, lane);
+            rope_row<PD>(qr[g], ra.q_norm, ra.eps, p, ra.rope_dim, ra.neox, ra.tab, lane);
         if (j1 == p + 1 && w == 0) {  // the last live split of token t stores its key and value
             float kr[PD], vr[PV];
             new_key<PD, PV, KT>(ra, p, p0, hk, Hkv, lane, kr, vr);

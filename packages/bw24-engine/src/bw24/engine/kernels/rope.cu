@@ -7,7 +7,10 @@
 // Pair i < rope_dim/2 turns by a = p * freq_scale * base^(-2i/rope_dim):
 //   (u, v) -> (u cos a - v sin a, v cos a + u sin a), pairs (2i, 2i+1) for "norm", (i, i+rope_dim/2)
 //   for "neox"; dims >= rope_dim pass unchanged. k_cache[hk, p] = rotated k, v_cache[hk, p] = v.
-// Angles in double (like the reference) so long positions keep their precision.
+// Angles in double (like the reference) so long positions keep their precision, computed once per
+// (position, pair) into a table by rope_table (ops/cuda/norm.py rope_table): rope_kv and the attention's
+// rope (attention.cu ROPE) read (cos a, sin a) there. In-kernel double pow/cos/sin cost ~47 us per 8B
+// prefill launch at T = 512, and inside every attention split block the 8B's decode step +1.4 ms (0d45897).
 // Thread-to-data mapping: block (t, head) with head < H for q and H <= head < H + Hkv for k (+v);
 // the D dims form D/2 slots: slot i < rope_dim/2 is rope pair i, slot i >= rope_dim/2 the pass-through
 // dims (rope_dim + 2(i - half), +1). Thread x holds slots x, x + blockDim, ... (at most RS) in
@@ -20,11 +23,25 @@
 
 #define RS 4  // slots per thread: D <= 2 * RS * blockDim
 
+// tab [n_pos, rope_dim / 2] of (cos a, sin a), a = p * freq_scale * base^(-2i/rope_dim): the float32 pair
+// rope_kv used to compute in place, from the same double expression. One thread per entry.
+extern "C" __global__ void rope_table(float2* __restrict__ tab, int n_pos, int rope_dim, double base,
+                                      double freq_scale) {
+    PDL_OPEN();
+    const int half = rope_dim / 2;
+    const i64 n = (i64)n_pos * half;
+    for (i64 x = (i64)blockIdx.x * blockDim.x + threadIdx.x; x < n; x += (i64)gridDim.x * blockDim.x) {
+        const int p = (int)(x / half), i = (int)(x % half);
+        const double ang = (double)p * freq_scale * pow(base, -2.0 * i / rope_dim);
+        tab[x] = make_float2((float)cos(ang), (float)sin(ang));
+    }
+}
+
 template <typename KT>
 __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __restrict__ v,
                         const int* __restrict__ pos, KT* k_cache, KT* v_cache,
                                    int H, int Hkv, int D, int Dv, int S, int rope_dim, int neox,
-                                   double base, double freq_scale, const float* __restrict__ q_norm,
+                                   const float2* __restrict__ tab, const float* __restrict__ q_norm,
                                    const float* __restrict__ k_norm, float eps) {
     PDL_OPEN();
     __shared__ float red[32];
@@ -66,8 +83,8 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
         const int i = threadIdx.x + r * blockDim.x;
         if (i >= slots) continue;
         if (i < half) {
-            const double ang = (double)p * freq_scale * pow(base, -2.0 * i / rope_dim);
-            const float c = (float)cos(ang), s = (float)sin(ang);
+            const float2 cs = tab[(i64)p * half + i];  // rope_table: (cos a, sin a)
+            const float c = cs.x, s = cs.y;
             put(i0[r], a[r] * c - b[r] * s);
             put(i1[r], b[r] * c + a[r] * s);
         } else if (!is_q || nw) {  // pass-through dims: q keeps them in place unless normed

@@ -89,17 +89,15 @@ class RopeFusion:
     eps: float
     rope_dim: int
     neox: bool
-    base: float
-    freq_scale: float
+    tab: Any  # norm.rope_table: (cos, sin) per (position, pair), as rope_kv reads them
 
     def args(self, k_cache, v_cache) -> tuple:
         return (self.k, self.v, NULL if self.q_norm is None else self.q_norm,
                 NULL if self.k_norm is None else self.k_norm, np.float32(self.eps or 0.0), np.int32(self.rope_dim),
-                np.int32(self.neox), np.float64(self.base), np.float64(self.freq_scale), k_cache, v_cache)
+                np.int32(self.neox), self.tab, k_cache, v_cache)
 
 
-_NO_ROPE = (NULL, NULL, NULL, NULL, np.float32(0.0), np.int32(0), np.int32(0), np.float64(0.0), np.float64(0.0),
-            NULL, NULL)
+_NO_ROPE = (NULL, NULL, NULL, NULL, np.float32(0.0), np.int32(0), np.int32(0), NULL, NULL, NULL)
 
 
 def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:

@@ -96,8 +96,10 @@ class CudaOps(Ops):
     # session has run its kernel_check cases and the prefill cells.
     attn_gemm = os.environ.get("BW24_ATTN_GEMM", "0") == "1"
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
-    # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE): opt-in until a GPU session has run
-    # its kernel_check cases and the decode cells.
+    # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
+    # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
+    # 0.6B at 593 vs 1095, since every split block evaluated double pow / cos / sin for its G q heads on
+    # the H200's FP64 units. The angles now come from norm.rope_table (as rope_kv's do); not yet re-measured.
     rope_attn = os.environ.get("BW24_ROPE_ATTN", "0") == "1"
 
     def opt_in(self) -> list[str]:
@@ -132,6 +134,7 @@ class CudaOps(Ops):
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
+        self._rope_tabs: dict[str, int] = {}  # norm.rope_table: positions built per table
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
@@ -440,8 +443,9 @@ class CudaOps(Ops):
             raise ValueError(f"rope mode {rope['mode']!r} not in {ROPE_MODES}")
         if self.rope_attn and T <= QMV_NT[-1] and _attn.rope_fusable(D, Dv, rope["rope_dim"], rope["mode"]):
             check_qk_norm(rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps"))
+            tab = _norm.rope_table(self, rope["base"], rope["freq_scale"], rope["rope_dim"], k_cache.shape[1])
             fusion = _attn.RopeFusion(k, v, rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps") or 0.0,
-                                      rope["rope_dim"], rope["mode"] == "neox", rope["base"], rope["freq_scale"])
+                                      rope["rope_dim"], rope["mode"] == "neox", tab)
             a = {key: val for key, val in attn.items() if key != "n_keys"}
             _attn.attention(self, q, k_cache, v_cache, pos, **a, rope=fusion)
             return

@@ -68,6 +68,8 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
         # result, gate, up, down output
         scratch += 4 * 16 * (m + 8) * (4 * c.n_embd + 4 * c.n_ff_expert)
     scratch += 32 * c.n_vocab  # sampling: l, w, key, two lists
+    # rope tables (norm.rope_table): (cos, sin) float32 per (position, pair); two for gemma3's two bases
+    scratch += 2 * 8 * n_ctx * (c.rope_dim // 2)
     return MemoryPlan(weights, gguf, kv, act, scratch)
 
 

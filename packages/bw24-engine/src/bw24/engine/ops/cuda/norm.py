@@ -59,6 +59,25 @@ def rope_block(D: int, Dv: int) -> int:
     return min(128, max(32, 32 * math.ceil(max(D // 2, Dv) / 32)))
 
 
+def rope_table(cu, base: float, freq_scale: float, rope_dim: int, n_pos: int):
+    """rope.cu's (cos a, sin a) float32 pairs [n_pos, rope_dim / 2] for positions 0 .. n_pos - 1, built on the
+    device once per (base, freq_scale, rope_dim) and grown with the cache (rope_kv and the attention's rope
+    read it). Built by the first, eager, step: a (re)build allocates, which graph capture does not allow."""
+    key = f"rope_tab:{float(base)!r}:{float(freq_scale)!r}:{int(rope_dim)}"
+    half = rope_dim // 2
+    built = cu._rope_tabs.get(key, 0)
+    tab = cu._buf(key, max(n_pos, built) * half * 2)
+    if built < n_pos:
+        if cu._capturing:
+            raise RuntimeError(f"rope table {key} for {n_pos} positions first needed inside graph capture: "
+                               "run the step eagerly first")
+        n = n_pos * half
+        cu._launch(cu._k("rope.cu", "rope_table"), (min(math.ceil(n / 256), 4096),), 256,
+                   (tab, np.int32(n_pos), np.int32(rope_dim), np.float64(base), np.float64(freq_scale)))
+        cu._rope_tabs[key] = n_pos
+    return tab
+
+
 def rope_kv(cu, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, mode, q_norm=None, k_norm=None,
             norm_eps=None) -> None:
     T, H, D = q.shape
@@ -72,6 +91,6 @@ def rope_kv(cu, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, m
         raise ValueError(f"rope_kv: head dim {D} exceeds {2 * ROPE_SLOTS * block} (rope.cu RS)")
     cu._launch(cu._k("rope.cu", f"rope_kv<{kv_elem(k_cache, v_cache)}>"), (T, H + Hkv), block,
                (q, k, v, pos, k_cache, v_cache, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S),
-                np.int32(rope_dim), np.int32(mode == "neox"), np.float64(base), np.float64(freq_scale),
+                np.int32(rope_dim), np.int32(mode == "neox"), rope_table(cu, base, freq_scale, rope_dim, S),
                 NULL if q_norm is None else q_norm, NULL if k_norm is None else k_norm,
                 np.float32(norm_eps or 0.0)))

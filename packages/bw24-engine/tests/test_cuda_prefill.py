@@ -232,3 +232,39 @@ def test_gpu_prefill_cases_green_and_planted_bugs_red():
     for only in ("prefill gemm Q4_K N=333 K=768 T=100", "prefill attention D=128 G=4 T=300"):
         bad: list[str] = []
         assert main(seed=11, variant="planted_bug", only=only, out=bad.append) == 1, "\n".join(bad)
+
+
+def test_gemm_multi_converts_x_once_per_class(monkeypatch):
+    """prefill.gemm_multi (Q/K/V, gate/up in prefill): one conversion of x per (q8, split) class of the
+    weights, in the order the classes first appear, and each weight's GEMM gets its own class's conversion,
+    its own output and bias (gemm without xs converts with the same convert_x / x_class, so the bits match)."""
+    conv, calls = [], []
+    monkeypatch.setattr(prefill, "convert_x", lambda ops, x, q8, split: conv.append((q8, split)) or ("xs", q8, split))
+    monkeypatch.setattr(prefill, "gemm", lambda ops, w, x, out, bias, res, softcap, xs=None:
+                        calls.append((w.name, out, bias, res, xs)))
+    # Q4_K rows decode on int8 activations (class (q8, fp16)), Q6_K here on fp32 ones (class (f32, split))
+    plan = {"Q4_K": ("q8", 4, 4), "Q6_K": ("f32", 4, 4)}
+    ops = SimpleNamespace(prefill_precision="auto", qmv_configs=SimpleNamespace(plan=lambda qt, n, k: plan[qt]))
+    W = lambda name, qt: SimpleNamespace(name=name, qtype=qt, n=8, k=64, shape=(8, 64))  # noqa: E731
+    x = np.zeros((20, 64), np.float32)
+    ws, outs, biases = [W("q", "Q4_K"), W("k", "Q6_K"), W("v", "Q4_K")], ["oq", "ok", "ov"], ["bq", None, "bv"]
+    prefill.gemm_multi(ops, ws, x, outs, biases)
+    assert conv == [(True, False), (False, True)]  # two classes, two conversions (not three, not one)
+    assert calls == [("q", "oq", "bq", None, ("xs", True, False)), ("v", "ov", "bv", None, ("xs", True, False)),
+                     ("k", "ok", None, None, ("xs", False, True))]
+    conv.clear()
+    calls.clear()
+    prefill.gemm_multi(ops, ws[:1] + ws[2:], x, ["oq", "ov"], [None, None])  # one class: one conversion
+    assert conv == [(True, False)] and [c[0] for c in calls] == ["q", "v"]
+
+
+def test_cuda_matmul_multi_routes_prefill_rows_to_gemm_multi(monkeypatch):
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ops = CudaOps.__new__(CudaOps)  # no GPU needed: only the dispatch runs
+    seen = []
+    monkeypatch.setattr(prefill, "gemm_multi", lambda o, ws, x, outs, biases: seen.append((len(ws), x.shape[0], biases)))
+    W = lambda n: SimpleNamespace(n=n, k=64, shape=(n, 64))  # noqa: E731
+    x = np.zeros((17, 64), np.float32)
+    ops.matmul_multi([W(8), W(4)], x, outs=[np.zeros((17, 8), np.float32), np.zeros((17, 4), np.float32)])
+    assert seen == [(2, 17, [None, None])]

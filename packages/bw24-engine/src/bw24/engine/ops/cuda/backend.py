@@ -351,6 +351,13 @@ class CudaOps(Ops):
         config (W, R) is that of the first weight at the stacked shape, for every T (same W)."""
         T, K = x.shape
         biases = list(biases) if biases is not None else [None] * len(ws)
+        if T > QMV_NT[-1] and all(w.k == K for w in ws):  # prefill: x converted once per class
+            from .prefill import gemm_multi
+
+            for w, o in zip(ws, outs, strict=True):
+                assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
+            gemm_multi(self, ws, x, outs, biases)
+            return
         if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
             return super().matmul_multi(ws, x, outs=outs, biases=biases)
         assert x.flags.c_contiguous and x.dtype == np.float32

@@ -136,3 +136,36 @@ def test_usable_and_chunk_rows():
     rows = attn_gemm.chunk_rows(4096, 32, 4096, 256 << 20)
     assert rows % 16 == 0 and 8 * 32 * 4096 * rows <= 256 << 20 < 8 * 32 * 4096 * (rows + 16)
     assert attn_gemm.chunk_rows(100, 64, 40000, 1 << 10) == 16  # never below 16 rows
+
+
+@pytest.mark.parametrize("env,T,H,n_keys,want", [
+    ("auto", 512, 32, 512, "gemm"),    # the 8B's pp512 chunk: 2^23 score elements
+    ("auto", 512, 16, 512, "flash"),   # the 0.6B's pp512 chunk: 2^22, host-bound, slower on the GEMMs
+    ("auto", 512, 16, 1024, "gemm"),   # the same model's later pp4096 chunks
+    ("1", 20, 4, 30, "gemm"), ("0", 512, 32, 4096, "flash"),
+])
+def test_prefill_attention_dispatch_auto_rule(monkeypatch, env, T, H, n_keys, want):
+    """CudaOps._attention_prefill: BW24_ATTN_GEMM=auto (the default) takes the GEMMs for a chunk of at least
+    MIN_SCORES score elements, 1 always, 0 never; and never without a float16 cache (usable)."""
+    from bw24.engine.ops.cuda import prefill
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    seen = []
+    monkeypatch.setattr(attn_gemm, "attention", lambda *a, **kw: seen.append("gemm"))
+    monkeypatch.setattr(prefill, "attention", lambda *a, **kw: seen.append("flash"))
+    ops = CudaOps.__new__(CudaOps)
+    ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto = env, env == "1", env not in ("0", "1")
+    q = np.zeros((T, H, 8), np.float32)
+    for dtype in (np.float16, np.float32):
+        kc = np.zeros((2, 4096, 8), dtype)
+        ops._attention_prefill(q, kc, kc, None, scale=1.0, softcap=None, window=None, out=None, n_keys=n_keys)
+    assert seen == [want, "flash"]
+    assert ("attn_gemm" in ops.opt_in(), "no_attn_gemm" in ops.opt_in()) == (env == "1", env == "0")
+
+
+def test_attn_gemm_env_is_checked(monkeypatch):
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    monkeypatch.setattr(CudaOps, "attn_gemm_env", "yes")
+    with pytest.raises(ValueError, match="BW24_ATTN_GEMM='yes'"):
+        CudaOps()

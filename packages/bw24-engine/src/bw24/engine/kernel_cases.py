@@ -188,6 +188,9 @@ def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget
                 cu._scratch.pop("ag_s", None)
                 on.enter_context(setting(cu, "attn_gemm", True))
                 on.enter_context(setting(attn_gemm, "SCORE_BUDGET", gemm_budget))
+            else:  # the flash / split-K kernels, whatever BW24_ATTN_GEMM says
+                on.enter_context(setting(cu, "attn_gemm", False))
+                on.enter_context(setting(cu, "attn_gemm_auto", False))
             cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _dev(cu, pos), scale=scale, softcap=softcap,
                          window=window, out=out, n_keys=p0 + T)
         if gemm_budget and "ag_s" not in cu._scratch:

@@ -1,4 +1,4 @@
-"""Prefill attention as tensor-core GEMMs (CudaOps.attn_gemm, BW24_ATTN_GEMM=1; kernels/attention_gemm.cu).
+"""Prefill attention as tensor-core GEMMs (CudaOps: BW24_ATTN_GEMM=auto|1|0; kernels/attention_gemm.cu).
 
 The flash-style prefill kernel (kernels/attention_prefill.cu) runs on CUDA cores: 10.9 of the 8B's 44 ms
 of pp512 kernel time on the H200 (a7b0f07), and most of pp4096, where it grows with T^2. Here, per chunk
@@ -27,6 +27,17 @@ from .prefill import gemm_ex as _gemm  # (a module name of its own: the CPU plan
 # keeps its pp4096 peak (6.18 GiB at ddfc1fd) within llama.cpp's 5.80 GiB + 10%.
 SCORE_BUDGET = 128 << 20
 _ALIGN = 8  # key-axis leading dimension in elements: 16-byte rows for the float16 P planes
+
+
+# CudaOps' "auto" default (BW24_ATTN_GEMM unset) takes this path for a query chunk of at least this many
+# score elements (heads x queries x keys): the 8B's pp512 (32 x 512 x 512 = 2^23) ran 15% faster on it,
+# the 0.6B's pp512 (2^22, host-bound) 14% slower (H200, 0d45897). Long contexts pass it from 1k keys on.
+MIN_SCORES = 1 << 23
+
+
+def worth_it(T: int, H: int, n_keys: int) -> bool:
+    """The auto rule: enough attention work per chunk that the GEMMs beat the flash kernel."""
+    return H * T * n_keys >= MIN_SCORES
 
 
 def usable(q, k_cache, v_cache, n_keys) -> bool:
@@ -92,4 +103,4 @@ def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_k
                     (o, np.int32(tc), np.int32(H), np.int32(Dv), out[t0:t0 + tc]))
 
 
-__all__ = ["SCORE_BUDGET", "attention", "chunk_rows", "usable"]
+__all__ = ["MIN_SCORES", "SCORE_BUDGET", "attention", "chunk_rows", "usable", "worth_it"]

@@ -92,9 +92,15 @@ class CudaOps(Ops):
     # tok/s (evidence/*7df7bc1_pdl*). BW24_PDL=0 turns it off (perf rows then record "no_pdl").
     pdl_env = os.environ.get("BW24_PDL", "1") != "0"
     # Prefill attention (T > 16 queries, a float16 cache) as tensor-core GEMMs through cuBLAS: scores,
-    # a masked softmax kernel, probabilities times values (ops/cuda/attn_gemm.py). Opt-in until a GPU
-    # session has run its kernel_check cases and the prefill cells.
-    attn_gemm = os.environ.get("BW24_ATTN_GEMM", "0") == "1"
+    # a masked softmax kernel, probabilities times values (ops/cuda/attn_gemm.py). At 0d45897 on the H200
+    # (kernel_check green, run-gen MATCH): the 8B's pp512 12240 vs 10632 tok/s, pp4096 10245 vs 5584; but
+    # the host-bound 0.6B's pp512 16138 vs 18785 (its ~7 host calls per layer instead of 1 cost more than
+    # the GPU time they save). BW24_ATTN_GEMM: "auto" (default) takes it for a query chunk with at least
+    # attn_gemm.MIN_SCORES score elements (heads x queries x keys; between those two cells), "1" for every
+    # chunk, "0" never (perf rows then record "attn_gemm" / "no_attn_gemm").
+    attn_gemm_env = os.environ.get("BW24_ATTN_GEMM", "auto")
+    attn_gemm = attn_gemm_env == "1"  # every chunk (kernel_check's GEMM cases set it)
+    attn_gemm_auto = attn_gemm_env not in ("0", "1")
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
     # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
     # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
@@ -105,7 +111,8 @@ class CudaOps(Ops):
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
-        return [name for name, on in (("norm_epi", self.norm_epilogue), ("attn_gemm", self.attn_gemm),
+        return [name for name, on in (("norm_epi", self.norm_epilogue), ("attn_gemm", self.attn_gemm_env == "1"),
+                                      ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env)) if on]
 
@@ -113,6 +120,8 @@ class CudaOps(Ops):
         import cupy as cp
         from bw24.runtime import device_info, new_stream, require_gpu
 
+        if self.attn_gemm_env not in ("auto", "0", "1"):
+            raise ValueError(f"BW24_ATTN_GEMM={self.attn_gemm_env!r}: use auto (the default), 1 or 0")
         require_gpu()
         self.cp = cp
         self.xp = cp
@@ -462,7 +471,8 @@ class CudaOps(Ops):
         from . import attn_gemm
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
-        if self.attn_gemm and attn_gemm.usable(q, k_cache, v_cache, n_keys):
+        if attn_gemm.usable(q, k_cache, v_cache, n_keys) and (
+                self.attn_gemm or (self.attn_gemm_auto and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys))):
             attn_gemm.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,
                                 out=out, n_keys=n_keys)
             return

@@ -279,15 +279,16 @@ def test_matmul_norm_dispatch(helpers):
 
 def test_attention_q8_output_dispatch(helpers):
     """The attention kernels get the q8 scratch (non-null xq / xs) and the output rows are marked for the
-    wo matmul only with attn_q8 on, H*Dv >= 2048 and decode / verify rows, and not with the fused pass 2."""
+    wo matmul only with attn_q8 on, H*Dv >= 2048 and decode / verify rows (also by the fused pass 2).
+    BW24_ATTN_FUSE (cu.attn_fuse) forces the fused pass 2 over the table; a workbench override wins over it."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda import attn
 
-    def run(on, H, Dv, T=1, fuse=0):
+    def run(on, H, Dv, T=1, fuse=0, forced=None):
         launches = []
         cu = _PlanOps(False, None, helpers)
-        cu.attn_q8, cu.attn_override = on, {"fuse_combine": fuse}
+        cu.attn_q8, cu.attn_override, cu.attn_fuse = on, None if fuse is None else {"fuse_combine": fuse}, forced
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: (launches.append((fn[1].split("<")[0], args)),
                                                                   setattr(cu, "_q8_ready", None))
@@ -304,7 +305,11 @@ def test_attention_q8_output_dispatch(helpers):
     assert run(False, 16, 128) == (["attn_split", "attn_combine"], False, False)
     assert run(True, 8, 128) == (["attn_split", "attn_combine"], False, False)  # 1024 < Q8_MIN_K: an fp32 wo
     assert run(True, 16, 128, T=17) == (["attn_split", "attn_combine"], False, False)  # more rows than q8 handles
-    assert run(True, 16, 128, fuse=1) == (["attn_split"], False, False)
+    assert run(True, 16, 128, fuse=1) == (["attn_split"], True, True)  # the fused pass 2 quantizes too
+    assert run(False, 16, 128, fuse=1) == (["attn_split"], False, False)
+    assert run(True, 16, 128, fuse=None, forced=True)[0] == ["attn_split"]  # BW24_ATTN_FUSE=1 over the table
+    assert run(True, 16, 128, fuse=None, forced=False)[0] == ["attn_split", "attn_combine"]
+    assert run(True, 16, 128, fuse=0, forced=True)[0] == ["attn_split", "attn_combine"]  # the override wins
 
 
 def test_rope_attention_dispatch(helpers):

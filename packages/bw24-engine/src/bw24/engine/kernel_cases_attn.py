@@ -307,6 +307,11 @@ def cases() -> Iterator[tuple[str, Case]]:
                                    (128, 2, 5, c - 3, 8, False), (64, 5, 9, 100, 8, False), (256, 4, 3, 90, 2, False)):
         yield f"attn +q8 out D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}", \
             attn_q8_case(D, G, T, p0, Hkv, half)
+    # ... and by the fused pass 2's last split block (DV = 64 / 128 / 256: 2 / 4 warps a head, 2 dims a thread)
+    for D, G, T, p0, Hkv, half in ((128, 4, 1, 700, 8, False), (128, 2, 5, 3000, 8, True), (64, 5, 9, 100, 8, False),
+                                   (256, 4, 3, 90, 2, False)):
+        yield f"attn fused-combine +q8 out D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}", \
+            fused(attn_q8_case(D, G, T, p0, Hkv, half))
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):
         for add in (False, True):
             yield f"rmsnorm_reg K={K}{' +add' if add else ''} rows=5", rmsnorm_rows_case(K, add)

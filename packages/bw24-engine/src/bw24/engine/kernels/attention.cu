@@ -31,7 +31,8 @@
 //   split) written and read back (<= 2*G/c of the KV bytes).
 // xq != null (decode/verify rows whose consumer is a q8 matvec, ops/cuda/attn.py): the output rows'
 //   int8 quantization goes to xq / xs as well (quant_x.cuh: the bits quantize_x writes from the same
-//   floats), from whichever launch writes the output: attn_split's only live split, or attn_combine.
+//   floats), from whichever launch writes the output: attn_split's only live split, attn_combine, or
+//   the fused pass 2's last split block.
 //   One warp holds 32 consecutive output dims of one head (DV % 32 == 0): one group of the row
 //   [T, H * DV]. Saves the quantize_x launch in front of the output projection.
 #include "common.cuh"
@@ -348,6 +349,11 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     for (int g = 0; g < G; ++g) {
         const i64 h = (i64)t * H + hk * G + g;
         combine_head(part_ml, part_acc, h * nsplit, live, DV, out + h * DV, red, wt, lw);
+        if (xq)  // each thread quantizes the dims it just wrote; DV % 32 == 0: whole warps, whole groups
+            for (int d = threadIdx.x; d < DV; d += NW * 32) {
+                const i64 o = h * DV + d;
+                quant_group32(out[o], lane, xq + (o & ~(i64)31), xs + (o >> 5));
+            }
     }
 }
 

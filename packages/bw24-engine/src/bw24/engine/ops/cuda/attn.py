@@ -121,14 +121,18 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     if D % 32 or Dv % 32 or D > 256 or Dv > 256 or G > 8:
         raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
     tuning, override = getattr(cu.qmv_configs, "tuning", None), getattr(cu, "attn_override", None)
+    forced = getattr(cu, "attn_fuse", None)  # BW24_ATTN_FUSE over the table; a workbench override over both
+    if forced is not None:
+        override = {"fuse_combine": int(forced), **(override or {})}
     ch, ns = attn_geometry(tuning, S, Hkv, override=override)
     fused = fuse_combine(tuning, override)
     rows = out.reshape(T, H * Dv)
     # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
     # consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
-    # skips its quantize_x launch (not with the fused pass 2, whose last block does not quantize).
-    # CudaOps.attn_q8: on by default (BW24_ATTN_Q8=0 turns it off; why: the comment there).
-    quant = getattr(cu, "attn_q8", False) and not fused and q8.feeds_q8(rows)
+    # skips its quantize_x launch.
+    # CudaOps.attn_q8: on by default (BW24_ATTN_Q8=0 turns it off; why: the comment there). With the fused
+    # pass 2, its last split block quantizes what it combined.
+    quant = getattr(cu, "attn_q8", False) and q8.feeds_q8(rows)
     xq, xs = q8.buffers(cu, T, H * Dv) if quant else (NULL, NULL)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
@@ -143,6 +147,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
                 np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
                 *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
     if fused:
+        if quant:
+            q8.mark_ready(cu, rows)
         return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
     cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,

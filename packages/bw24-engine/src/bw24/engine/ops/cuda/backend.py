@@ -108,11 +108,20 @@ class CudaOps(Ops):
     # the H200's FP64 units. The angles now come from norm.rope_table (as rope_kv's do); not yet re-measured.
     rope_attn = os.environ.get("BW24_ROPE_ATTN", "0") == "1"
 
+    # Attention's pass 2 inside attn_split's last split block (ops/cuda/attn.py fuse_combine: one
+    # attn_combine launch per layer fewer, the same bits), now with the output's int8 quantization too.
+    # The tuning table leaves it off (tune_attention at ddfc1fd timed it eagerly, before PDL and graphs of
+    # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
+    # "no_attn_fuse"), to be measured in the decode cells.
+    attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
+    attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
+
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("norm_epi", self.norm_epilogue), ("attn_gemm", self.attn_gemm_env == "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
+                                      ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env)) if on]
 
@@ -122,6 +131,8 @@ class CudaOps(Ops):
 
         if self.attn_gemm_env not in ("auto", "0", "1"):
             raise ValueError(f"BW24_ATTN_GEMM={self.attn_gemm_env!r}: use auto (the default), 1 or 0")
+        if self.attn_fuse_env not in (None, "0", "1"):
+            raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
         require_gpu()
         self.cp = cp
         self.xp = cp

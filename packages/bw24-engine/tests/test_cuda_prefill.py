@@ -187,10 +187,23 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
     def epi(ops, y, sx, out, N, n):
         out.reshape(-1)[:n] = y[:n] * np.repeat(sx, N)[:n]
 
+    def rows(ops, kernel, a, rmap, R, n, b):  # moe.cu moe_gather_rows / moe_scatter_rows
+        a, b, rmap = a.reshape(-1, n), b.reshape(-1, n), np.asarray(rmap)
+        assert rmap.shape == (R,)
+        for r, m in enumerate(rmap):
+            if kernel == "moe_gather_rows":
+                b[r] = a[m] if m >= 0 else 0.0
+            elif m >= 0:
+                b[m] = a[r]
+
+    chunks = []
+    plan = moe_prefill.plan_chunks
+    monkeypatch.setattr(moe_prefill, "plan_chunks", lambda *a: chunks.append(plan(*a)) or chunks[-1])
     monkeypatch.setattr(moe_prefill, "_batched", batched)
+    monkeypatch.setattr(moe_prefill, "_rows", rows)
     monkeypatch.setattr(moe_prefill, "to_half", lambda ops, a, split: (a.reshape(-1), None, np.ones(a.shape[0])))
     monkeypatch.setattr(moe_prefill, "epilogue", epi)
-    monkeypatch.setattr(moe_prefill, "MAX_EXPERTS_PER_CHUNK", 2)  # several chunks of unequal padding
+    monkeypatch.setattr(moe_prefill, "MOE_SCRATCH", 2 * E * F * 2 * 2)  # 2 experts a chunk: unequal paddings
     ref = RefOps()
     ops = SimpleNamespace(cp=np, to_host=np.copy, stream=contextlib.nullcontext(), glu=ref.glu,
                           prefill_precision="split", _buf=lambda key, n, dtype=np.float32: np.full(n, np.nan, dtype))
@@ -204,6 +217,25 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
         ref.glu(xt @ ge[e].T, xt @ ue[e].T, "silu", out=h)
         want[s] = (h @ de[e].T)[0]
     np.testing.assert_allclose(d, want, rtol=1e-4, atol=1e-4)  # fp32 order only; a wrong slot is O(1)
+    assert len(chunks[0]) == 3 and [len(c) for c in chunks[0]] == [2, 2, 2]  # all 6 experts used, 2 a chunk
+
+
+def test_moe_prefill_chunks_bound_experts_and_padded_rows(monkeypatch):
+    from bw24.engine.ops.cuda import moe_prefill
+
+    counts = np.array([0, 90, 3, 40, 0, 17, 1, 1, 200] + [5] * 20)
+    T = 256
+    for ec in (1, 3, 10, 100):
+        chunks = moe_prefill.plan_chunks(counts, T, ec)
+        flat = np.concatenate(chunks)
+        assert sorted(flat) == sorted(np.flatnonzero(counts))  # every used expert once, unused ones never
+        assert list(counts[flat]) == sorted(counts[flat], reverse=True)  # busiest first
+        for c in chunks:
+            cm = -(-counts[c].max() // 8) * 8
+            assert len(c) <= ec and len(c) * cm <= moe_prefill.ROWS_PER_TOKEN * (T + 8)
+    monkeypatch.setattr(moe_prefill, "ROWS_PER_TOKEN", 1)  # rows bind: 264 rows = one 200-slot expert
+    assert [len(c) for c in moe_prefill.plan_chunks(counts, T, 100)][:2] == [1, 2]
+    assert moe_prefill.experts_per_chunk(2048, 768, True) == 42  # qwen3-30b-a3b, split
 
 
 @pytest.mark.parametrize("f,names", [("prefill_gemm.cu", ("dequant_rows_h<7>", "x_to_half", "gemm_epilogue")),

@@ -15,6 +15,18 @@ from .kernel_check import compare
 from .ops.cuda.repack import SUPPORTED
 
 
+def moe_chunks_case(case: Case, experts: int) -> Case:
+    """A MoE prefill case with the expert weight scratch cut to `experts` experts (K-quant test shapes: 256 x
+    256, split halves), so the used experts run in many chunks of unequal padding (ops/cuda/moe_prefill.py)."""
+    def run(name, ref, cu, rng):
+        from .kernel_check import setting
+        from .ops.cuda import moe_prefill
+
+        with setting(moe_prefill, "MOE_SCRATCH", experts * 256 * 256 * 2 * 2):
+            return case(name, ref, cu, rng)
+    return run
+
+
 def gemm_case(qt, T: int, bias: bool, residual: bool, softcap: float = 0.0, precision: str = "split",
               n: int = 333, scratch: int | None = None, x_scale: float = 1.0, k: int | None = None) -> Case:
     """cu.matmul at T > 16 vs ref.matmul (+ softcap as ref.logits applies it). `scratch` shrinks
@@ -102,3 +114,5 @@ def cases() -> Iterator[tuple[str, Case]]:
                                    (Q.F32, 33, 12, 3, True, False)):
         yield f"prefill moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
             moe_case(qt, T, X, k, norm, res)
+    yield "prefill moe Q4_K  T=64 X=32 k=4 norm +res, 3 experts a chunk", moe_chunks_case(moe_case(Q.Q4_K, 64, 32, 4,
+                                                                                                 True, True), 3)

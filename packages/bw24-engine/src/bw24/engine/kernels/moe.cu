@@ -322,3 +322,21 @@ extern "C" __global__ void moe_combine(const float* __restrict__ d, const float*
         y = __fadd_rn(y, __fmul_rn(wts[(i64)t * k + j], d[((i64)t * k + j) * E + i]));
     out[(i64)t * E + i] = y;
 }
+
+// MoE prefill (ops/cuda/moe_prefill.py) row moves, one block per padded row r, threads over the n columns:
+// gather: b[r] = a[map[r]] (a token's activation row), zeros where map[r] = -1 (padding);
+// scatter: b[map[r]] = a[r] (an expert output row back to its slot) unless map[r] = -1.
+extern "C" __global__ void moe_gather_rows(const float* __restrict__ a, const int* __restrict__ map, int R, int n,
+                                           float* __restrict__ b) {
+    PDL_OPEN();
+    const int r = blockIdx.x, src = map[r];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) b[(i64)r * n + i] = src >= 0 ? a[(i64)src * n + i] : 0.f;
+}
+
+extern "C" __global__ void moe_scatter_rows(const float* __restrict__ a, const int* __restrict__ map, int R, int n,
+                                            float* __restrict__ b) {
+    PDL_OPEN();
+    const int r = blockIdx.x, dst = map[r];
+    if (dst < 0) return;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) b[(i64)dst * n + i] = a[(i64)r * n + i];
+}

@@ -64,9 +64,12 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
     if c.is_moe:
         slots = m * c.n_expert_used
         scratch += 4 * (m * c.n_expert + 2 * slots + slots * (2 * c.n_ff_expert + c.n_embd))
-        # prefill (moe_prefill.py): <= 16 experts x max_batch padded rows of x, its fp16 halves, GEMM
-        # result, gate, up, down output
-        scratch += 4 * 16 * (m + 8) * (4 * c.n_embd + 4 * c.n_ff_expert)
+        # prefill (moe_prefill.py): <= 16 x (max_batch + 8) padded rows of x, its fp16 halves, GEMM
+        # result, gate, up, down output; its expert weight chunk grows the dense prefill's scratch
+        from .moe_prefill import MOE_SCRATCH, ROWS_PER_TOKEN
+
+        scratch += 4 * ROWS_PER_TOKEN * (m + 8) * (4 * c.n_embd + 4 * c.n_ff_expert)
+        scratch += max(0, MOE_SCRATCH - prefill_scratch)
     scratch += 32 * c.n_vocab  # sampling: l, w, key, two lists
     # rope tables (norm.rope_table): (cos, sin) float32 per (position, pair); two for gemma3's two bases
     scratch += 2 * 8 * n_ctx * (c.rope_dim // 2)

@@ -2,39 +2,84 @@
 used experts' gate / up / down run as batched fp16 cuBLAS GEMMs (the arithmetic of prefill.py).
 
 After moe_route, one small device->host copy of the selected experts (prefill is never graph-
-captured) gives each expert's slots. Used experts are taken busiest first in chunks of <= ec
-(their fp16 weights fill PREFILL_SCRATCH); a chunk's token rows are gathered into a padded block
-[ec, cm, E] (cm = the chunk's largest count, rounded up to 8; pad rows are zero and stay zero through
-silu-glu), so one strided-batched GEMM per product serves the whole chunk. Down outputs are
-scattered back to slot order t*k + j, where moe_combine sums them exactly as in decode.
+captured) gives each expert's slots. Used experts are taken busiest first in chunks (plan_chunks):
+as many as their fp16 weights fit MOE_SCRATCH and their padded rows fit ROWS_PER_TOKEN * (T + 8).
+A chunk's token rows are gathered into a padded block [ec, cm, E] (cm = the chunk's largest count,
+rounded up to 8; pad rows are zero and stay zero through silu-glu), so one strided-batched GEMM per
+product serves the whole chunk. Down outputs are scattered back to slot order t*k + j, where
+moe_combine sums them exactly as in decode.
+
+The layer is host-bound (at 0d45897 the 30B-A3B's pp512 ran 2350 tok/s against llama.cpp's 10363; ~13
+chunks per layer of ~25 host operations and three index uploads each), so: one upload of every
+chunk's index arrays per layer, one gather and one scatter kernel per chunk (moe.cu moe_gather_rows /
+moe_scatter_rows, in place of CuPy's fill + fancy indexing), and 4x the dense prefill's weight scratch
+(qwen3-30b-a3b, 128 experts of 768x2048, split precision: 42 experts a chunk, 3-4 chunks a layer).
 Launches per chunk: gather, 2 x_to_half, 3 dequant, 3 (fp16) or 9 (split) GEMMs, 3 epilogues, glu,
-scatter; qwen3-30b-a3b (128 experts of 768x2048) needs ~13 chunks per layer at pp512.
+scatter.
 
 Shape legend: T tokens, E n_embd, F n_ff_expert, k n_used, X experts, cm padded rows per expert.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .prefill import PREFILL_SCRATCH, epilogue, is_split, products, to_half
+from .prefill import epilogue, is_split, products, to_half
 
-MAX_EXPERTS_PER_CHUNK = 16  # bounds the padded activation blocks (memory.plan counts 16 * max_batch rows)
+MOE_SCRATCH = 256 << 20  # bytes of dequantized fp16 expert weights (hi, and lo when split) per chunk
+ROWS_PER_TOKEN = 16  # padded activation rows per chunk <= this x (T + 8) (memory.plan counts 16 x max_batch)
 
 
-def experts_per_chunk(E: int, F: int, split: bool, n_used: int) -> int:
-    return max(1, min(n_used, MAX_EXPERTS_PER_CHUNK, PREFILL_SCRATCH // (E * F * 2 * (2 if split else 1))))
+def experts_per_chunk(E: int, F: int, split: bool) -> int:
+    """The most experts whose gate (or up, or down) weights fit MOE_SCRATCH as fp16 halves."""
+    return max(1, MOE_SCRATCH // (E * F * 2 * (2 if split else 1)))
+
+
+def plan_chunks(counts: np.ndarray, T: int, ec: int) -> list[np.ndarray]:
+    """The used experts, busiest first, cut into chunks of <= ec experts whose padded rows (the chunk's
+    largest count rounded up to 8, per expert) stay within ROWS_PER_TOKEN * (T + 8)."""
+    used = np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))]
+    rows_max, chunks, i = ROWS_PER_TOKEN * (T + 8), [], 0
+    while i < len(used):
+        cm = -(-int(counts[used[i]]) // 8) * 8  # the busiest of the chunk sets its padding
+        n = max(1, min(ec, rows_max // cm, len(used) - i))
+        chunks.append(used[i:i + n])
+        i += n
+    return chunks
 
 
 def _batched(ops, w, ex_d, n_e: int, rpe: int, K: int, xh, xl, cm: int, y) -> None:
     """y [n_e * cm, rpe] = per expert b: x[b*cm : (b+1)*cm] @ W[ex[b]]^T (rpe rows of K each)."""
     from .prefill import dequant
 
-    wh = ops._buf("gemm_wh", n_e * rpe * K, np.float16)
+    wh = ops._buf("gemm_wh", n_e * rpe * K, np.float16)  # the dense prefill's scratch, grown (memory.plan)
     wl = ops._buf("gemm_wl", n_e * rpe * K, np.float16) if xl is not None else None
     dequant(ops, w, wh, wl, n_e * rpe, experts=ex_d, rpe=rpe)
     products(ops, wh, wl, xh, xl, y.data.ptr, rpe, cm, K, rpe, batch=n_e, stride_w=rpe * K, stride_x=cm * K,
              stride_y=cm * rpe)
+
+
+def _rows(ops, kernel: str, a, rmap, R: int, n: int, b) -> None:
+    """moe_gather_rows (b[r] = a[rmap[r]] or zeros) / moe_scatter_rows (b[rmap[r]] = a[r] unless -1)."""
+    ops._launch(ops._k("moe.cu", kernel), (R,), min(256, 32 * math.ceil(n / 128)),
+                (a, rmap, np.int32(R), np.int32(n), b))
+
+
+def chunk_maps(sel_h: np.ndarray, counts: np.ndarray, chunks, k: int) -> list[tuple[np.ndarray, int, np.ndarray]]:
+    """Per chunk (its experts, cm, map [n_e * cm]): padded row b*cm + i of expert b holds its i-th slot
+    (token order) or -1 (padding). The gather reads token slot // k, the scatter writes slot."""
+    order = np.argsort(sel_h, kind="stable")  # slots grouped by expert, token order within
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    out = []
+    for ex in chunks:
+        cm = -(-int(counts[ex].max()) // 8) * 8
+        m = np.full((len(ex), cm), -1, np.int64)
+        for b, e in enumerate(ex):
+            m[b, :counts[e]] = order[start[e]:start[e] + counts[e]]
+        out.append((ex, cm, m.reshape(-1)))
+    return out
 
 
 def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) -> None:
@@ -45,23 +90,18 @@ def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) 
     split = is_split(ops, q8=False)  # expert decode (ops/cuda/moe.py) keeps fp32 activations
     sel_h = ops.to_host(sel).reshape(-1).astype(np.int64)  # [S]: the only host sync of the layer
     counts = np.bincount(sel_h, minlength=X)
-    order = np.argsort(sel_h, kind="stable")  # slots grouped by expert, token order within
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    used = np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))]  # busiest first
-    ec = experts_per_chunk(E, F, split, len(used))
-    for c0 in range(0, len(used), ec):
-        ex = used[c0:c0 + ec]
-        n_e, cm = len(ex), int(-(-counts[ex].max() // 8) * 8)
-        R = n_e * cm
-        valid = np.arange(cm)[None, :] < counts[ex][:, None]  # [n_e, cm]
-        prow = (np.arange(n_e)[:, None] * cm + np.arange(cm)[None, :])[valid]  # padded row of each slot
-        slots = np.concatenate([order[start[e]:start[e] + counts[e]] for e in ex])  # same (row-major) order
-        with ops.stream:
-            prow_d, slots_d = cp.asarray(prow), cp.asarray(slots)
-            ex_d = cp.asarray(ex.astype(np.int32))
-            xs = ops._buf("moe_xs", R * E).reshape(R, E)
-            xs.fill(0)
-            xs[prow_d] = x[slots_d // k]
+    maps = chunk_maps(sel_h, counts, plan_chunks(counts, T, experts_per_chunk(E, F, split)), k)
+    # every chunk's experts, gather map (token or -1) and scatter map (slot or -1): one upload per layer
+    host = np.concatenate([np.concatenate([ex, np.where(m >= 0, m // k, -1), m]) for ex, _, m in maps])
+    with ops.stream:
+        dev = cp.asarray(host.astype(np.int32))
+    o = 0
+    for ex, cm, m in maps:
+        n_e, R = len(ex), len(m)
+        ex_d, gmap, smap = dev[o:o + n_e], dev[o + n_e:o + n_e + R], dev[o + n_e + R:o + n_e + 2 * R]
+        o += n_e + 2 * R
+        xs = ops._buf("moe_xs", R * E).reshape(R, E)
+        _rows(ops, "moe_gather_rows", x, gmap, R, E, xs)
         g, u = ops._buf("moe_pg", R * F).reshape(R, F), ops._buf("moe_pu", R * F).reshape(R, F)
         y, ds = ops._buf("moe_y", R * max(E, F)), ops._buf("moe_ds", R * E).reshape(R, E)
         xh, xl, sx = to_half(ops, xs, split)
@@ -72,5 +112,4 @@ def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) 
         gh, gl, gs = to_half(ops, g, split)
         _batched(ops, down_exps, ex_d, n_e, E, F, gh, gl, cm, y)
         epilogue(ops, y, gs, ds, E, R * E)
-        with ops.stream:
-            d[slots_d] = ds[prow_d]
+        _rows(ops, "moe_scatter_rows", ds, smap, R, E, d)

@@ -274,6 +274,8 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     monkeypatch.setattr(prefill, "convert_x", lambda ops, x, q8, split: conv.append((q8, split)) or ("xs", q8, split))
     monkeypatch.setattr(prefill, "gemm", lambda ops, w, x, out, bias, res, softcap, xs=None:
                         calls.append((w.name, out, bias, res, xs)))
+    monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, group, T, xs, split: calls.append(
+        ([(w.name, o, b) for w, o, b in group], T, xs, split)))
     # Q4_K rows decode on int8 activations (class (q8, fp16)), Q6_K here on fp32 ones (class (f32, split))
     plan = {"Q4_K": ("q8", 4, 4), "Q6_K": ("f32", 4, 4)}
     ops = SimpleNamespace(prefill_precision="auto", qmv_configs=SimpleNamespace(plan=lambda qt, n, k: plan[qt]))
@@ -282,12 +284,12 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     ws, outs, biases = [W("q", "Q4_K"), W("k", "Q6_K"), W("v", "Q4_K")], ["oq", "ok", "ov"], ["bq", None, "bv"]
     prefill.gemm_multi(ops, ws, x, outs, biases)
     assert conv == [(True, False), (False, True)]  # two classes, two conversions (not three, not one)
-    assert calls == [("q", "oq", "bq", None, ("xs", True, False)), ("v", "ov", "bv", None, ("xs", True, False)),
-                     ("k", "ok", None, None, ("xs", False, True))]
+    assert calls == [([("q", "oq", "bq"), ("v", "ov", "bv")], 20, ("xs", True, False), False),  # stacked
+                     ("k", "ok", None, None, ("xs", False, True))]  # alone in its class: plain gemm
     conv.clear()
     calls.clear()
     prefill.gemm_multi(ops, ws[:1] + ws[2:], x, ["oq", "ov"], [None, None])  # one class: one conversion
-    assert conv == [(True, False)] and [c[0] for c in calls] == ["q", "v"]
+    assert conv == [(True, False)] and [n for n, _, _ in calls[0][0]] == ["q", "v"] and len(calls) == 1
 
 
 def test_cuda_matmul_multi_routes_prefill_rows_to_gemm_multi(monkeypatch):
@@ -300,3 +302,59 @@ def test_cuda_matmul_multi_routes_prefill_rows_to_gemm_multi(monkeypatch):
     x = np.zeros((17, 64), np.float32)
     ops.matmul_multi([W(8), W(4)], x, outs=[np.zeros((17, 8), np.float32), np.zeros((17, 4), np.float32)])
     assert seen == [(2, 17, [None, None])]
+
+
+def _at(ptr, dtype, n: int):
+    """n elements of dtype at host address ptr (a HostDev's data.ptr, or an offset into it), as a view."""
+    import ctypes
+
+    it = np.dtype(dtype).itemsize
+    return np.ctypeslib.as_array((ctypes.c_uint8 * (n * it)).from_address(int(ptr))).view(dtype)
+
+
+@pytest.mark.parametrize("scratch_rows,split", [(10_000, True), (48, True), (40, False), (7, False)])
+def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, split):
+    """prefill.stacked_gemm with NumPy stand-ins of dequant / products / epilogue on host memory: row chunks
+    straddling weights (scratch for `scratch_rows` rows) must put every weight's rows in the chunk buffer at
+    the right offset and every output's columns at the right place of y [T, sum N] (ldy)."""
+    rng = np.random.default_rng(5)
+    T, K = 19, 64
+    Ns = (40, 24, 24)
+    ws = [SimpleNamespace(n=n, k=K, fmt=7, data=rng.standard_normal((n, K)).astype(np.float32)) for n in Ns]
+
+    def dequant(ops, w, wh, wl, rows, *, row0=0, experts=None, rpe=0):
+        ptr = wh if isinstance(wh, np.integer) else wh.data.ptr
+        _at(ptr, np.float16, rows * K)[:] = w.data[row0:row0 + rows].astype(np.float16).ravel()
+
+    def products(ops, wh, wl, xh, xl, yp, r, T_, K_, ldc):
+        wchunk = np.asarray(wh[: r * K]).reshape(r, K).astype(np.float32)
+        y = _at(yp, np.float32, (T_ - 1) * ldc + r)
+        for t in range(T_):
+            y[t * ldc: t * ldc + r] = np.asarray(xh).reshape(T_, K)[t].astype(np.float32) @ wchunk.T
+
+    def epilogue(ops, y, sx, out, N, n, bias=None, residual=None, softcap=0.0, ldy=None):
+        yy = np.asarray(y)
+        for t in range(n // N):
+            out[t] = yy[t * ldy: t * ldy + N] * sx[t] + (0 if bias is None else bias)
+
+    monkeypatch.setattr(prefill, "dequant", dequant)
+    monkeypatch.setattr(prefill, "products", products)
+    monkeypatch.setattr(prefill, "epilogue", epilogue)
+    monkeypatch.setattr(prefill, "PREFILL_SCRATCH", scratch_rows * K * 2 * (2 if split else 1))
+    scratch = {}
+
+    def buf(key, n, dtype=np.float32, zeroed=False):
+        if key not in scratch or scratch[key].size < n:
+            scratch[key] = np.full(n, np.nan, dtype).view(helpers.HostDev)
+        return scratch[key][:n]
+
+    import contextlib
+
+    ops = SimpleNamespace(_buf=buf, stream=contextlib.nullcontext())
+    x = rng.standard_normal((T, K)).astype(np.float16)
+    outs = [np.full((T, n), np.nan, np.float32) for n in Ns]
+    biases = [None, rng.standard_normal(24).astype(np.float32), None]
+    prefill.stacked_gemm(ops, list(zip(ws, outs, biases, strict=True)), T, (x.ravel(), None, np.ones(T, np.float32)), split)
+    for w, o, b in zip(ws, outs, biases, strict=True):
+        want = x.astype(np.float32) @ w.data.astype(np.float16).astype(np.float32).T + (0 if b is None else b)
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-4)

@@ -10,9 +10,23 @@ from collections.abc import Iterator
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-from .kernel_cases import Case, _dev, _k_for, _weight, attention_case, moe_case
+from .kernel_cases import Case, _dev, _k_for, _weight, attention_case, matmul_multi_case, moe_case
 from .kernel_check import compare
 from .ops.cuda.repack import SUPPORTED
+
+
+def scratch_rows_case(case: Case, rows: int | None) -> Case:
+    """A case with the prefill weight scratch cut to `rows` rows of the K = 768 / 544 test weights in split
+    halves (None: as configured), so stacked GEMMs walk several row chunks."""
+    def run(name, ref, cu, rng):
+        from .kernel_check import setting
+        from .ops.cuda import prefill
+
+        if rows is None:
+            return case(name, ref, cu, rng)
+        with setting(prefill, "PREFILL_SCRATCH", rows * 768 * 2 * 2):
+            return case(name, ref, cu, rng)
+    return run
 
 
 def moe_chunks_case(case: Case, experts: int) -> Case:
@@ -109,6 +123,12 @@ def cases() -> Iterator[tuple[str, Case]]:
         tag = f"prefill attention gemm D={D} G={G} T={T} pos={p0} scratch={budget >> 10} KiB"
         tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
         yield tag, attention_case(D, G, T, p0, window, softcap, gemm_budget=budget)
+    # Q/K/V-style prefill (prefill.gemm_multi: one conversion of x, the weights stacked into one GEMM; row
+    # chunks of 128 rows straddle the 301 / 77 / 45-row weights when the scratch is cut)
+    for qts, T, bias, rows in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, True, None), ((Q.Q8_0, Q.Q8_0, Q.Q8_0), 100, False, 128),
+                               ((Q.Q4_K, Q.Q6_K), 33, False, 128), ((Q.Q5_0, Q.Q4_1, Q.Q8_0), 17, True, 128)):
+        yield f"prefill matmul_multi {'+'.join(q.name for q in qts)} T={T}{' +bias' if bias else ''}" \
+              f"{f' {rows}-row chunks' if rows else ''}", scratch_rows_case(matmul_multi_case(qts, T, bias), rows)
     for qt, T, X, k, norm, res in ((Q.Q4_K, 40, 16, 4, True, True), (Q.Q8_0, 100, 128, 8, True, True),
                                    (Q.Q6_K, 17, 8, 2, False, False), (Q.Q4_0, 64, 60, 6, True, True),
                                    (Q.F32, 33, 12, 3, True, False)):

@@ -102,15 +102,16 @@ __global__ void dequant_rows_h(const void* __restrict__ pa, const void* __restri
     }
 }
 
-// out[t, n] = softcap?(y[t, n] * sx[t] + bias[n] + residual[t, n]); residual may alias out.
+// out[t, n] = softcap?(y[t * ldy + n] * sx[t] + bias[n] + residual[t, n]); residual may alias out. ldy > N:
+// one weight's columns of a stacked GEMM's result (prefill.gemm_multi: Q/K/V or gate/up in one product).
 extern "C" __global__ void gemm_epilogue(const float* __restrict__ y, const float* __restrict__ sx,
                                          const float* __restrict__ bias, const float* residual, float* out,
-                                         int N, i64 total, float softcap) {
+                                         int N, int ldy, i64 total, float softcap) {
     PDL_OPEN();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const i64 t = i / N;
         const int n = (int)(i - t * N);
-        float v = y[i] * sx[t];  // exact: a power of two
+        float v = y[t * ldy + n] * sx[t];  // exact: a power of two
         if (bias) v += bias[n];
         if (residual) v += residual[i];
         if (softcap > 0.f) v = softcap * tanhf(v / softcap);

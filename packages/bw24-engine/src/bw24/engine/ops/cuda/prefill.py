@@ -129,11 +129,12 @@ def products(ops, wh, wl, xh, xl, yp: int, r: int, T: int, K: int, ldc: int, **b
     _cublas_gemm(ops, wh, xh, yp, r, T, K, ldc, _ONE, _ONE, **batched)
 
 
-def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=0.0) -> None:
-    """out = softcap?(y * sx[row] + bias + residual) over n elements of rows of N."""
+def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=0.0, ldy: int | None = None) -> None:
+    """out = softcap?(y * sx[row] + bias + residual) over n elements of rows of N; y's rows ldy apart (N
+    unless y holds several weights' columns: gemm_multi)."""
     ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue"), (max(1, min(math.ceil(n / 256), 8192)),), 256,
                 (y, sx, NULL if bias is None else bias, NULL if residual is None else residual, out,
-                 np.int32(N), np.int64(n), np.float32(softcap or 0.0)))
+                 np.int32(N), np.int32(ldy or N), np.int64(n), np.float32(softcap or 0.0)))
 
 
 def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int = 0) -> None:
@@ -177,17 +178,48 @@ def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | Non
 
 
 def gemm_multi(ops, ws, x, outs, biases) -> None:
-    """Q/K/V or gate/up of one x [T, K] (T > 16): x is rounded and split once per class (x_class) of the
-    weights instead of once per weight; each GEMM reads the same bits gemm would have made for it.
-    Saves 2 x_to_half (+ 2 x_round_q8) launches per layer on Q/K/V and 1 (+ 1) on gate/up."""
+    """Q/K/V or gate/up of one x [T, K] (T > 16). Per class (x_class) of the weights, x is rounded and split
+    once, and the class's weights run as one stacked weight (stacked_gemm): one set of GEMM products per
+    row chunk instead of one per weight. Prefill is host-bound on small models (the 0.6B's pp512: 27 ms
+    of wall time for 14.8 ms of kernels at 0d45897): Q/K/V in split precision were 3 conversions and 9
+    GEMM calls, now 1 and 3."""
     groups: dict[tuple[bool, bool], list] = {}
     for w, o, b in zip(ws, outs, biases, strict=True):
         assert w.k == x.shape[1], f"gemm_multi: W {w.shape} for x {x.shape}"
         groups.setdefault(x_class(ops, w), []).append((w, o, b))
     for (q8, split), group in groups.items():
         xs = convert_x(ops, x, q8, split)  # shared scratch: the group's GEMMs are queued before the next class
-        for w, o, b in group:
+        if len(group) == 1:
+            w, o, b = group[0]
             gemm(ops, w, x, o, b, None, 0.0, xs=xs)
+        else:
+            stacked_gemm(ops, group, x.shape[0], xs, split)
+
+
+def stacked_gemm(ops, group, T: int, xs, split: bool) -> None:
+    """The weights of `group` ((w, out, bias), one K) as one weight of Ns = sum(N) rows: each row chunk
+    (gemm_rows) is dequantized piece by piece from the weights it spans, one set of products writes its
+    columns of y [T, Ns], then each weight's epilogue reads its own columns (ldy = Ns)."""
+    xh, xl, sx = xs
+    K = group[0][0].k
+    starts = np.cumsum([0] + [w.n for w, _, _ in group])
+    Ns = int(starts[-1])
+    rows = min(Ns, gemm_rows(K, split))
+    wh = ops._buf("gemm_wh", rows * K, np.float16)
+    wl = ops._buf("gemm_wl", rows * K, np.float16) if split else None
+    y = ops._buf("gemm_y", T * Ns)
+    with ops.stream:
+        for r0 in range(0, Ns, rows):
+            r = min(rows, Ns - r0)
+            for (w, _, _), n0 in zip(group, starts[:-1], strict=True):
+                a, b = max(r0, int(n0)), min(r0 + r, int(n0) + w.n)  # this weight's rows inside the chunk
+                if a < b:
+                    off = 2 * (a - r0) * K  # bytes into the chunk buffers
+                    dequant(ops, w, np.uintp(wh.data.ptr + off), None if wl is None else np.uintp(wl.data.ptr + off),
+                            b - a, row0=a - int(n0))
+            products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, Ns)  # columns r0.. of [T, Ns]
+    for (w, o, b), n0 in zip(group, starts[:-1], strict=True):
+        epilogue(ops, y[int(n0):], sx, o, w.n, T * w.n, b, ldy=Ns)
 
 
 def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:

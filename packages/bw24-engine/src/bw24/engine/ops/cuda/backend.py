@@ -374,6 +374,7 @@ class CudaOps(Ops):
         if T > QMV_NT[-1] and all(w.k == K for w in ws):  # prefill: x converted once per class
             from .prefill import gemm_multi
 
+            assert x.flags.c_contiguous and x.dtype == np.float32
             for w, o in zip(ws, outs, strict=True):
                 assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
             gemm_multi(self, ws, x, outs, biases)

@@ -51,6 +51,8 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
             max_rows = max(max_rows, int(ti.shape[-2]))
             max_k = max(max_k, int(ti.shape[-1]))
     c, m = cfg, max_batch
+    # prefill.stacked_gemm's result holds Q/K/V or gate/up side by side
+    max_rows = max(max_rows, 2 * c.n_ff, c.n_head * c.head_dim + c.n_head_kv * (c.head_dim + c.head_dim_v))
     kv = kv_bytes * c.n_layer * n_ctx * c.n_head_kv * (c.head_dim + c.head_dim_v)  # 4: fp32, 2: fp16 cache
     ff = c.n_ff_expert if c.is_moe else c.n_ff
     act = 4 * m * (3 * c.n_embd + c.n_head * (c.head_dim + c.head_dim_v) + c.n_head_kv * (c.head_dim + c.head_dim_v)

@@ -217,13 +217,14 @@ def test_verify_launch_plan_exact_token_count_and_rows():
 
 
 class _PlanOps:
-    """Records what CudaOps.matmul_norm dispatches, without a GPU."""
+    """Records what CudaOps dispatches (launch names, argument counts checked against the kernels'
+    signatures), without a GPU."""
 
-    def __init__(self, on: bool, plan, helpers):
+    def __init__(self, plan, helpers):
         from types import SimpleNamespace
 
         self.dev, self.params = helpers.HostDev, helpers.kernel_params  # conftest
-        self.norm_epilogue, self.verify_rows, self._q8_ready, self.calls = on, None, None, []
+        self.verify_rows, self._q8_ready, self.calls, self.args = None, None, [], []
         self._rope_tabs, self._capturing = {}, False
         self.qmv_configs = SimpleNamespace(plan=plan)
 
@@ -241,40 +242,46 @@ class _PlanOps:
     def _launch(self, fn, grid, block, args, shared_mem=0):
         self._q8_ready = None
         self.calls.append(fn[1].split("<")[0])
+        self.args.append(args)
         assert len(args) == len(self.params(fn[0], self.calls[-1])), f"{fn}: {len(args)} arguments"
-
-    def matmul(self, w, x, *, out, residual=None):
-        self.calls.append("matmul")
 
     def rmsnorm(self, x, w, eps, *, out):
         self.calls.append("rmsnorm")
 
+    def matmul_multi(self, ws, x, **kw):
+        from bw24.engine.ops.cuda.backend import CudaOps
 
-def test_matmul_norm_dispatch(helpers):
-    """matmul_norm is one launch (qmv8n on the q8 path after the input's quantize_x, qmvn on the f32 path)
-    only when the backend turns it on, for decode / verify rows (T <= 16), and when the matvec's W warps
-    cover a row in <= 64 floats each; otherwise matmul then rmsnorm. The q8 path leaves the normed rows
-    marked for their q8 consumer (N >= 2048)."""
+        return CudaOps.matmul_multi(self, ws, x, **kw)
+
+
+def test_norm_matmul_multi_dispatch(helpers, monkeypatch):
+    """norm_matmul_multi: on the fp32-activation path, decode / verify rows are one qmv3n launch reading the
+    residual stream h and the norm weight (no rmsnorm launch); on the q8 path, and for prefill rows, rmsnorm
+    into x, then the matvecs (or GEMMs) of x."""
     from types import SimpleNamespace
 
+    from bw24.engine.ops.cuda import prefill
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    def run(on, T, N, path, W, K=4096):
-        ops = _PlanOps(on, lambda qt, n, k: (path, W, 4), helpers)
-        w = SimpleNamespace(n=N, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0))  # the 4 weight planes
-        x, out, nout = (np.zeros(s, np.float32).view(helpers.HostDev) for s in ((T, K), (T, N), (T, N)))
-        CudaOps.matmul_norm(ops, w, x, out=out, residual=out, norm=np.ones(N, np.float32).view(helpers.HostDev), eps=1e-6,
-                            norm_out=nout)
-        return ops.calls, ops._q8_ready == (nout.data.ptr, T, N)
+    monkeypatch.setattr(prefill, "gemm_multi", lambda ops, ws, x, outs, biases: ops.calls.append(("gemm_multi", x)))
 
-    assert run(False, 1, 4096, "q8", 4) == (["matmul", "rmsnorm"], False)
-    assert run(True, 1, 4096, "q8", 4) == (["quantize_x", "qmv8n"], True)
-    assert run(True, 5, 4096, "q8", 2) == (["quantize_x", "qmv8n"], True)  # 4096 <= 64 floats x 64 threads
-    assert run(True, 1, 4096, "q8", 1)[0] == ["matmul", "rmsnorm"]  # one warp: 128 floats per thread
-    assert run(True, 17, 4096, "q8", 4)[0] == ["matmul", "rmsnorm"]  # prefill rows
-    assert run(True, 1, 1024, "q8", 2) == (["quantize_x", "qmv8n"], False)  # an fp32 consumer: no quantization
-    assert run(True, 3, 576, "f32", 1, K=576) == (["qmvn"], False)
-    assert run(True, 1, 1000, "q8", 4)[0] == ["matmul", "rmsnorm"]  # N % 32 != 0
+    def run(T, path, K=1024, n=3):
+        ops = _PlanOps(lambda qt, N, k: (path, 1, 4), helpers)
+        ws = [SimpleNamespace(n=64, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0)) for _ in range(n)]
+        h, xb, nw = (np.zeros(s, np.float32).view(helpers.HostDev) for s in ((T, K), (T, K), (K,)))
+        outs = [np.zeros((T, 64), np.float32).view(helpers.HostDev) for _ in range(n)]
+        CudaOps.norm_matmul_multi(ops, h, nw, 1e-6, ws, x=xb, outs=outs)
+        first = ops.args[0] if ops.args else None
+        return ops.calls, first is not None and first[0] is h and first[1] is nw, xb
+
+    calls, reads_h, _ = run(1, "f32")
+    assert calls == ["qmv3n"] and reads_h  # the norm inside: h and its weight are the kernel's first arguments
+    assert run(5, "f32", n=2)[:2] == (["qmv3n"], True)
+    assert run(16, "f32", K=576)[0] == ["qmv3n"]
+    calls = run(1, "q8", K=2048)[0]  # (the stand-in rmsnorm leaves no int8 rows: quantize_x; kernel_check counts 2)
+    assert calls[0] == "rmsnorm" and calls[-1] == "qmv8_3" and "qmv3n" not in calls
+    calls, _, xb = run(17, "f32")
+    assert calls[0] == "rmsnorm" and calls[1][0] == "gemm_multi" and calls[1][1] is xb  # prefill: GEMMs of x
 
 
 def test_attention_q8_output_dispatch(helpers):
@@ -287,7 +294,7 @@ def test_attention_q8_output_dispatch(helpers):
 
     def run(on, H, Dv, T=1, fuse=0, forced=None):
         launches = []
-        cu = _PlanOps(False, None, helpers)
+        cu = _PlanOps(None, helpers)
         cu.attn_q8, cu.attn_override, cu.attn_fuse = on, None if fuse is None else {"fuse_combine": fuse}, forced
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: (launches.append((fn[1].split("<")[0], args)),
@@ -323,7 +330,7 @@ def test_rope_attention_dispatch(helpers):
 
     def run(on, T=1, mode="neox", rope_dim=128, D=128):
         launches = []
-        cu = _PlanOps(False, None, helpers)
+        cu = _PlanOps(None, helpers)
         cu.rope_attn, cu.attn_q8, cu.attn_override = on, False, {"fuse_combine": 0}
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], args))

@@ -198,41 +198,40 @@ def fused_consumer_case(qts, T: int) -> Case:
     return run
 
 
-def matmul_norm_case(qt, T: int, N: int, K: int, cfg, path: str = "q8") -> Case:
-    """matmul_norm on qmv8n (one launch): out = x W^T + residual vs matmul_q8_ref, norm_out vs the
-    reference rmsnorm of that out, the norm_out quantization in the q8 scratch == quantize_x's (N >=
-    2048: a q8 consumer); twice in a row (the ticket re-arms); and row t of the T-row launch == a T = 1
-    launch, out and norm_out bit for bit."""
+def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
+    """norm_matmul_multi: x = rmsnorm(h) * nw, then Q/K/V-style matvecs of x, vs the reference. On the
+    fp32-activation path one qmv3n launch (the norm inside the matvec's blocks), on the q8 path rmsnorm
+    (+ its int8 rows) and qmv8_3; and row t of the T-row call == a T = 1 call, bit for bit (verify ==
+    decode)."""
     def run(name, ref, cu, rng):
-        ti = _weight(qt, N, K, rng, name)
-        x, r = _x(rng, T, K), (rng.standard_normal((T, N)) * 4).astype(np.float32)
-        nw = (1 + 0.1 * rng.standard_normal(N)).astype(np.float32)
-        dense = ref.load_weight(ti).data
-        want = matmul_q8_ref(dense, x, None, r) if path == "q8" else \
-            (x.astype(np.float64) @ np.asarray(dense, np.float64).T + r).astype(np.float32)
-        want_n = np.empty_like(want)
-        ref.rmsnorm(want, nw, 1e-6, out=want_n)
-        w, xd, nwd = cu.load_weight(ti), _dev(cu, x), _dev(cu, nw)
-        with _forced(cu, [qt], *cfg, path=path), setting(cu, "norm_epilogue", True):  # BW24_NORM_EPI
-            for _ in range(2):
-                out, nout = _dev(cu, r), cu.zeros((T, N))
-                n = count_launches(cu, lambda o=out, no=nout: cu.matmul_norm(w, xd, out=o, residual=o, norm=nwd,
-                                                                             eps=1e-6, norm_out=no))
-                got, got_n = cu.to_host(out), cu.to_host(nout)
-            if n != (2 if path == "q8" else 1):  # (quantize_x of x, then) qmv8n / qmvn
-                return compare(name + " (launches)", "exact", np.array([n]), np.array([2 if path == "q8" else 1]))
-            res = compare(name, "matmul_q8" if path == "q8" else "matmul", got, want)
-            res = res if not res.ok else compare(name + " norm", "elementw", got_n, want_n)
-            if res.ok and N >= 2048 and path == "q8":
-                res = compare(name + " q8", "exact", _scratch_q8(cu, T, N), _want_q8(got_n))
+        ns = (320, 64, 96)[: len(qts)]
+        tis = [_weight(q, n, K, rng, f"{name}.w{i}") for i, (q, n) in enumerate(zip(qts, ns, strict=True))]
+        h = _x(rng, T, K)
+        nw = (1 + 0.1 * rng.standard_normal(K)).astype(np.float32)
+        x = np.empty_like(h)
+        ref.rmsnorm(h, nw, 1e-6, out=x)
+        dense = [ref.load_weight(t).data for t in tis]
+        ws, hd, nwd = [cu.load_weight(t) for t in tis], _dev(cu, h), _dev(cu, nw)
+        with _forced(cu, qts, *cfg, path=path):
+            outs, xb = [cu.zeros((T, n)) for n in ns], cu.zeros((T, K))
+            n = count_launches(cu, lambda: cu.norm_matmul_multi(hd, nwd, 1e-6, ws, x=xb, outs=outs))
+            if n != (1 if path == "f32" else 2):  # qmv3n; or rmsnorm_reg (+ int8 rows) then qmv8_3
+                return compare(name + " (launches)", "exact", np.array([n]), np.array([1 if path == "f32" else 2]))
+            got = np.concatenate([cu.to_host(o) for o in outs], axis=1)
+            if path == "q8":  # int8 rows of the device's normalized x (the reference's may round a code apart)
+                want = [matmul_q8_ref(d, cu.to_host(xb)) for d in dense]
+            else:
+                want = [x.astype(np.float64) @ np.asarray(d, np.float64).T for d in dense]
+            res = compare(name, "matmul" if path == "f32" else "matmul_q8", got,
+                          np.concatenate([np.asarray(w, np.float32) for w in want], axis=1))
             if not res.ok:
                 return res
             ones = []
             for t in range(T):
-                o1, n1 = _dev(cu, r[t:t + 1]), cu.zeros((1, N))
-                cu.matmul_norm(w, xd[t:t + 1], out=o1, residual=o1, norm=nwd, eps=1e-6, norm_out=n1)
-                ones.append(np.concatenate([cu.to_host(o1), cu.to_host(n1)], axis=1))
-        return compare(name + " ==rows", "exact", np.concatenate(ones), np.concatenate([got, got_n], axis=1))
+                o1 = [cu.zeros((1, n)) for n in ns]
+                cu.norm_matmul_multi(hd[t:t + 1], nwd, 1e-6, ws, x=xb[t:t + 1], outs=o1)
+                ones.append(np.concatenate([cu.to_host(o) for o in o1], axis=1))
+        return compare(name + " ==rows", "exact", np.concatenate(ones), got)
     return run
 
 
@@ -263,13 +262,15 @@ def cases() -> Iterator[tuple[str, Case]]:
                            (Q.Q5_K, (4, 4), False), (Q.Q4_K, (4, 8), True)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}" \
               f" T={','.join(map(str, VERIFY_TS))}", decode_verify_case(qt, cfg, multi)
-    # the output projection with the next RMSNorm in its last block (qmv8n): q8 consumer (N >= 2048) or not
-    for qt, T, N, K, cfg in ((Q.Q4_K, 1, 2048, 768, (4, 4)), (Q.Q4_K, 5, 4096, 4352, (4, 4)),
-                             (Q.Q6_K, 3, 2048, 768, (2, 2)), (Q.Q8_0, 9, 2048, 544, (4, 8)),
-                             (Q.Q4_0, 1, 544, 544, (1, 4)), (Q.Q4_K, 16, 1024, 768, (2, 2))):
-        yield f"q8 matmul_norm {qt.name:<5} N={N} K={K} W={cfg[0]} R={cfg[1]} T={T}", matmul_norm_case(qt, T, N, K, cfg)
-    for qt, T in ((Q.Q4_1, 1), (Q.Q4_K, 5)):  # the fp32-activation path (qmvn): smollm2 / qwen2.5's narrow rows
-        yield f"f32 matmul_norm {qt.name:<5} N=576 K=768 W=1 R=4 T={T}", matmul_norm_case(qt, T, 576, 768, (1, 4), "f32")
+    # the block's input RMSNorm inside the Q/K/V / gate-up matvecs (qmv3n, the fp32-activation path: the small
+    # models' K < 2048), and the q8 path's unfused pair; K = 576 / 896 / 1024 / 1536: smollm2, qwen2.5, qwen3-0.6b
+    for qts, T, K, cfg, path in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1, 1024, (1, 4), "f32"),
+                                 ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 5, 1024, (1, 4), "f32"),
+                                 ((Q.Q4_1, Q.Q4_1, Q.Q4_1), 3, 576, (4, 8), "f32"),
+                                 ((Q.Q8_0, Q.Q8_0), 16, 896, (2, 4), "f32"), ((Q.Q4_K, Q.Q6_K), 9, 1536, (4, 2), "f32"),
+                                 ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 4, 2048, (4, 8), "q8")):
+        yield f"norm_matmul_multi {'+'.join(q.name for q in qts)} K={K} W={cfg[0]} R={cfg[1]} T={T} {path}", \
+            norm_multi_case(qts, T, K, cfg, path)
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

@@ -92,7 +92,7 @@ __device__ __forceinline__ float4 kv_load4(const __half* p) {
 // and is told whether it was the last of the n blocks that report to this ticket (`last`: a __shared__
 // bool of the caller). The last one has re-armed the ticket (0) for the next launch (graph replay) and
 // may read the others' outputs (with __ldcg: not through its own L1). The fused attention combine and the
-// matvecs' norm tail (norm_tail.cuh) finish their launch this way.
+// sampling reduction finish their launch this way.
 template <typename C>
 __device__ __forceinline__ bool last_arrival(C* ticket, C n, bool& last) {
     __threadfence();  // this block's outputs are visible device-wide before its ticket says so

@@ -22,7 +22,6 @@
 // Bytes moved (HBM): the repacked weight once, plus T*K*1.25 of xq (L2/L1) and T*N*4 out.
 // quantize_x: T*K*4 read, T*K*1.25 written (quant_x.cuh: the arithmetic, shared with the fused
 // producers rmsnorm_reg (norm.cu, given xq) and glu_q8 below, which save its launch).
-#include "norm_tail.cuh"
 #include "qdot_q8.cuh"
 #include "quant_x.cuh"
 
@@ -160,19 +159,4 @@ qmv8_3(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int
     else
         qmv8_rows<F2, W, R, NT>(Planes{a2, b2, c2, d2}, xq, xs, K, N2, T, bias2, nullptr, out2, 0.f,
                                 (b - nb0 - nb1) * R, red);
-}
-
-// ---- qmv8n: qmv8 with the next RMSNorm behind it (ops/cuda/q8.py matmul_norm; norm_tail.cuh) ------
-template <int FMT, int W, int R, int NT>
-__global__ void __launch_bounds__(W * 32)
-qmv8n(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
-      const void* __restrict__ pd, const i8* xq, const int2* xs, int K, int N, int T,
-      const float* __restrict__ bias, const float* residual, float* out, float softcap,
-      const float* __restrict__ nw, float eps, float* nout, i8* nxq, int2* nxs, unsigned* ticket) {
-    PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
-    __shared__ float red[W * R * NT];
-    __shared__ bool last;
-    qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, bias, residual, out, softcap,
-                             blockIdx.x * R, red);
-    if (last_arrival(ticket, gridDim.x, last)) norm_rows_last<NT>(out, N, T, nw, eps, nout, nxq, nxs);
 }

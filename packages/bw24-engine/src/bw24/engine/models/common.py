@@ -152,11 +152,16 @@ class Transformer:
         raise NotImplementedError
 
     # ---- blocks shared by the forwards --------------------------------------------------------
-    def attention(self, i: int, L: LayerWeights, b: SimpleNamespace) -> None:
-        """b.x (normed input, [T, E]) -> b.a (attention output before the output projection, [T, H*Dv])."""
+    def attention(self, i: int, L: LayerWeights, b: SimpleNamespace, norm: Any = None) -> None:
+        """b.x (normed input, [T, E]) -> b.a (attention output before the output projection, [T, H*Dv]);
+        with `norm`, the input is rmsnorm(b.h) * norm, normalized by the Q/K/V op itself (b.x is scratch)."""
         o, c, kv = self.ops, self.cfg, self.kv
-        o.matmul_multi((L.wq, L.wk, L.wv), b.x, outs=(b.q, b.k, b.v),
-                       biases=(L.bq, L.bk, L.bv) if c.qkv_bias else None)  # [T, H*D], [T, Hkv*D], [T, Hkv*Dv]
+        ws, outs = (L.wq, L.wk, L.wv), (b.q, b.k, b.v)  # [T, H*D], [T, Hkv*D], [T, Hkv*Dv]
+        biases = (L.bq, L.bk, L.bv) if c.qkv_bias else None
+        if norm is None:
+            o.matmul_multi(ws, b.x, outs=outs, biases=biases)
+        else:
+            o.norm_matmul_multi(b.h, norm, c.rms_eps, ws, x=b.x, outs=outs, biases=biases)
         swa = c.swa_layers[i]
         # qk-norm (per head over D, before RoPE) is fused into rope_kv; L.q_norm/k_norm are None otherwise
         rope = dict(mode=c.rope_type, rope_dim=c.rope_dim, base=c.rope_base_swa if swa else c.rope_base,
@@ -166,19 +171,21 @@ class Transformer:
                     n_keys=kv.n_past)
         o.rope_attention(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], rope=rope, attn=attn)  # -> b.a3 [T, H, Dv]
 
-    def dense_ffn(self, L: LayerWeights, b: SimpleNamespace) -> None:
-        """b.x -> b.g = act(x Wg^T) * (x Wu^T), [T, F] (the down projection is the caller's)."""
+    def dense_ffn(self, L: LayerWeights, b: SimpleNamespace, norm: Any = None) -> None:
+        """b.x -> b.g = act(x Wg^T) * (x Wu^T), [T, F] (the down projection is the caller's); with `norm`,
+        x = rmsnorm(b.h) * norm, normalized by the gate/up op itself (b.x is scratch)."""
         o = self.ops
-        o.matmul_multi((L.w_gate, L.w_up), b.x, outs=(b.g, b.u))
+        if norm is None:
+            o.matmul_multi((L.w_gate, L.w_up), b.x, outs=(b.g, b.u))
+        else:
+            o.norm_matmul_multi(b.h, norm, self.cfg.rms_eps, (L.w_gate, L.w_up), x=b.x, outs=(b.g, b.u))
         o.glu(b.g, b.u, self.cfg.ffn_act, out=b.g)
 
-    def head(self, b: SimpleNamespace, T: int, last_only: bool, normed: bool = False) -> Any:
-        """Final norm and logits of the last row (or all rows); normed: b.x already holds every row's
-        final norm (the forward fused it into its last matmul_norm)."""
+    def head(self, b: SimpleNamespace, T: int, last_only: bool) -> Any:
+        """Final norm and logits of the last row (or all rows)."""
         o, c = self.ops, self.cfg
         rows = slice(T - 1, T) if last_only else slice(0, T)
-        if not normed:
-            o.rmsnorm(b.h[rows], self.w.output_norm, c.rms_eps, out=b.x[rows])
+        o.rmsnorm(b.h[rows], self.w.output_norm, c.rms_eps, out=b.x[rows])
         out = b.logits[: T - rows.start]
         o.logits(b.x[rows], self.w.output, c.final_softcap, out=out)  # [1 or T, V]
         return out

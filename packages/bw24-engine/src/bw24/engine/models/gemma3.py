@@ -20,8 +20,7 @@ class Gemma3(Transformer):
         o, c, b = self.ops, self.cfg, self.buf.view(T)
         o.embed(b.ids, self.w.tok_embd, c.embed_scale, out=b.h)  # [T, E] = table[ids] * sqrt(E)
         for i, L in enumerate(self.w.layers):
-            o.rmsnorm(b.h, L.attn_norm, c.rms_eps, out=b.x)
-            self.attention(i, L, b)  # q/k/v; qk-norm; rope (swa base on local layers); windowed attention
+            self.attention(i, L, b, norm=L.attn_norm)  # norm; q/k/v; qk-norm; rope (swa base locally); window
             o.matmul(L.wo, b.a, out=b.t)  # [T, E]
             o.rmsnorm(b.t, L.post_attn_norm, c.rms_eps, out=b.t)
             o.rmsnorm(b.h, L.ffn_norm, c.rms_eps, out=b.x, add=b.t)  # h += t; x = norm(h)

@@ -19,8 +19,7 @@ class Qwen3Moe(Transformer):
         o, c, b = self.ops, self.cfg, self.buf.view(T)
         o.embed(b.ids, self.w.tok_embd, c.embed_scale, out=b.h)  # [T, E]
         for i, L in enumerate(self.w.layers):
-            o.rmsnorm(b.h, L.attn_norm, c.rms_eps, out=b.x)
-            self.attention(i, L, b)  # as qwen3 -> b.a [T, H*D]
+            self.attention(i, L, b, norm=L.attn_norm)  # as qwen3 -> b.a [T, H*D]
             o.matmul(L.wo, b.a, out=b.h, residual=b.h)
             o.rmsnorm(b.h, L.ffn_norm, c.rms_eps, out=b.x)
             o.moe(b.x, L.router, L.gate_exps, L.up_exps, L.down_exps, n_used=c.n_expert_used,

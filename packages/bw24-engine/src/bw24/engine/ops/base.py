@@ -113,12 +113,13 @@ class Ops(ABC):
         """out = x @ W^T (+ bias) (+ residual).  W [N, K], x [T, K], bias [N], residual/out [T, N];
         residual may alias out (the fused residual add of an output projection)."""
 
-    def matmul_norm(self, w: Any, x: Any, *, out: Any, residual: Any = None, norm: Any, eps: float,
-                    norm_out: Any) -> None:
-        """out = x @ W^T (+ residual), then norm_out = rmsnorm(out) * norm (the next block's input):
-        an output projection and the RMSNorm after it. A backend may fuse them (cuda: qmv8n)."""
-        self.matmul(w, x, out=out, residual=residual)
-        self.rmsnorm(out, norm, eps, out=norm_out)
+    def norm_matmul_multi(self, h: Any, norm: Any, eps: float, ws: Sequence[Any], *, x: Any, outs: Sequence[Any],
+                          biases: Sequence[Any] | None = None) -> None:
+        """x = rmsnorm(h) * norm, then matmul_multi(ws, x): a block's input norm and its Q/K/V or gate/up.
+        A backend may fuse them (cuda: qmv3n normalizes inside the matvec's blocks); x is scratch, its
+        contents unspecified afterwards."""
+        self.rmsnorm(h, norm, eps, out=x)
+        self.matmul_multi(ws, x, outs=outs, biases=biases)
 
     def matmul_multi(
         self, ws: Sequence[Any], x: Any, *, outs: Sequence[Any], biases: Sequence[Any] | None = None

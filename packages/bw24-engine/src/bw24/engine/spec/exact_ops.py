@@ -38,9 +38,9 @@ class RowExactOps:
         return self._pos
 
     # Ops' compositions, through the row-by-row ops below (never the base's fused ones over all rows):
-    # rope_kv then attention; matmul then rmsnorm
+    # rope_kv then attention; rmsnorm then matmul_multi
     rope_attention = Ops.rope_attention
-    matmul_norm = Ops.matmul_norm
+    norm_matmul_multi = Ops.norm_matmul_multi
 
     def rmsnorm(self, x, w, eps, *, out, add=None):
         for t in range(x.shape[0]):

@@ -78,11 +78,6 @@ class CudaOps(Ops):
     # BW24_ATTN_Q8=0 turns it off (perf rows then record "no_attn_q8").
     attn_q8_env = os.environ.get("BW24_ATTN_Q8", "1") != "0"
     attn_q8 = attn_q8_env
-    # The RMSNorm after an output projection run by that matvec's last block (matmul_norm, qmv8n). Opt-in
-    # and slower on the H200: one block normalizing a 4096-wide row after every block's ticket cost 6 us
-    # per wo launch and 12.6 us per down launch even with batched loads, against a 3.2 us rmsnorm launch
-    # (0dedbb8: 8B step 2604 vs 2324 us, evidence/profile_h200_0dedbb8_norm_epi.txt).
-    norm_epilogue = os.environ.get("BW24_NORM_EPI", "0") == "1"
     # Programmatic dependent launch inside captured graphs (bw24.runtime.launch, sm_90+): every kernel
     # of kernels/ opens with common.cuh's PDL_OPEN (launch_dependents, then wait: none writes or reads
     # another kernel's data before it), so the next kernel's launch overlaps this one's tail, and the
@@ -119,7 +114,7 @@ class CudaOps(Ops):
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
-        return [name for name, on in (("norm_epi", self.norm_epilogue), ("attn_gemm", self.attn_gemm_env == "1"),
+        return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
@@ -340,35 +335,22 @@ class CudaOps(Ops):
             return
         self._gemm(w, x, out, bias, residual, softcap)
 
-    def matmul_norm(self, w: QWeight, x, *, out, residual=None, norm, eps: float, norm_out):
-        """out = x W^T (+ residual), norm_out = rmsnorm(out) * norm. One launch (the matvec's last block
-        normalizes: qmv8n on the q8 path, ops/cuda/q8.py; qmvn on the f32 path) for decode / verify rows
-        when the backend turns it on (norm_epilogue, BW24_NORM_EPI=1) and one block's threads cover a row
-        in <= 64 floats each (the table's W: not the 8B's one-warp Q6_K down projection); else matmul,
-        then rmsnorm."""
-        T, K = x.shape
-        N = w.n
-        if self.norm_epilogue and T <= QMV_NT[-1] and N % 32 == 0 and norm.shape == (N,) \
-                and norm_out.shape == out.shape == (T, N) and norm_out.flags.c_contiguous and out.flags.c_contiguous \
-                and all(a.data.ptr % 16 == 0 for a in (out, norm, norm_out)):
-            path, W, R = self.qmv_configs.plan(w.qtype, N, K)
-            if N <= 64 * 32 * W:
-                nt, R = self._verify_plan(path, T, R)
-                ticket = self._buf("norm_ticket", 1, np.uint32, zeroed=True)  # re-armed by the last block
-                if path == "q8":
-                    from . import q8
+    def norm_matmul_multi(self, h, norm, eps: float, ws, *, x, outs, biases=None):
+        """x = rmsnorm(h) * norm, then matmul_multi of x. On the fp32-activation path (the small models'
+        K < 2048 Q/K/V and gate/up) decode / verify rows are one qmv3n launch: every block normalizes its
+        tokens' rows of h itself, one rmsnorm launch per use fewer (x is then left unwritten). Elsewhere
+        (q8 weights, whose rmsnorm also writes the int8 rows; prefill) rmsnorm, then matmul_multi."""
+        self.matmul_multi(ws, h, outs=outs, biases=biases, norm=(norm, eps, x))
 
-                    q8.matmul_norm(self, w, x, out, W, R, nt, residual, norm, eps, norm_out, ticket)
-                    return
-                self._launch(self._k("qmatvec.cu", f"qmvn<{w.fmt},{W},{R},{nt}>"), (math.ceil(N / R),), 32 * W,
-                             (*w.args(), x, _i32(K), _i32(N), _i32(T), NULL, NULL if residual is None else residual,
-                              out, np.float32(0.0), norm, np.float32(eps), norm_out, ticket))
-                return
-        Ops.matmul_norm(self, w, x, out=out, residual=residual, norm=norm, eps=eps, norm_out=norm_out)  # two launches
-
-    def matmul_multi(self, ws, x, *, outs, biases=None):
+    def matmul_multi(self, ws, x, *, outs, biases=None, norm=None):
         """Q/K/V or gate/up of one input in one launch (qmv3) when T <= 16 and K matches; the
-        config (W, R) is that of the first weight at the stacked shape, for every T (same W)."""
+        config (W, R) is that of the first weight at the stacked shape, for every T (same W).
+        norm = (weight, eps, xbuf): x is the residual stream h, normalized first (norm_matmul_multi)."""
+        def normed():  # the unfused norm: rmsnorm(h) into xbuf, which the matmuls then read
+            nw, eps, xbuf = norm
+            self.rmsnorm(x, nw, eps, out=xbuf)
+            return xbuf
+
         T, K = x.shape
         biases = list(biases) if biases is not None else [None] * len(ws)
         if T > QMV_NT[-1] and all(w.k == K for w in ws):  # prefill: x converted once per class
@@ -377,10 +359,10 @@ class CudaOps(Ops):
             assert x.flags.c_contiguous and x.dtype == np.float32
             for w, o in zip(ws, outs, strict=True):
                 assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
-            gemm_multi(self, ws, x, outs, biases)
+            gemm_multi(self, ws, normed() if norm else x, outs, biases)
             return
         if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
-            return super().matmul_multi(ws, x, outs=outs, biases=biases)
+            return super().matmul_multi(ws, normed() if norm else x, outs=outs, biases=biases)
         assert x.flags.c_contiguous and x.dtype == np.float32
         for w, o in zip(ws, outs, strict=True):
             assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
@@ -394,14 +376,21 @@ class CudaOps(Ops):
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)
         nb = [math.ceil(w.n / R) for w, _, _ in parts]
         nb[2] = nb[2] if len(ws) == 3 else 0
+        fused_norm = norm is not None and not q8 and K % 4 == 0 and norm[0].shape == (K,)
+        if norm is not None and not fused_norm:
+            x = normed()
         if q8:
             from . import q8 as q8mod
 
             q8mod.matmul_multi(self, parts, nb, x, W, R, nt)
             return
         fmts = ",".join(str(w.fmt) for w, _, _ in parts)
-        fn = self._k("qmatvec.cu", f"qmv3<{fmts},{W},{R},{nt}>")
-        args = [x, _i32(K), _i32(T), _i32(nb[0]), _i32(nb[1])]
+        if fused_norm:  # qmv3n: h, the norm weight and eps in front of qmv3's arguments
+            fn = self._k("qmatvec.cu", f"qmv3n<{fmts},{W},{R},{nt}>")
+            args = [x, norm[0], np.float32(norm[1]), _i32(K), _i32(T), _i32(nb[0]), _i32(nb[1])]
+        else:
+            fn = self._k("qmatvec.cu", f"qmv3<{fmts},{W},{R},{nt}>")
+            args = [x, _i32(K), _i32(T), _i32(nb[0]), _i32(nb[1])]
         for i, (w, o, b) in enumerate(parts):
             args += [*w.args(), _i32(w.n if nb[i] else 0), NULL if b is None else b, o]
         self._launch(fn, (sum(nb),), 32 * W, tuple(args))

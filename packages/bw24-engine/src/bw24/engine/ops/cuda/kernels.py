@@ -26,8 +26,9 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "qmatvec.cu": tuple(f"qmv<{f},{w},{r},1>" for f in (3, 4, 7, 9) for w, r in QMV_CONFIGS[:4])
     + tuple(f"qmv<{f},{w},2,1>" for f in (0, 1, 2, 5, 6, 8) for w in (1, 4))
     + tuple(f"qmv<{f},4,1,{nt}>" for f in (3, 7, 9) for nt in QMV_NT[1:])
-    + ("qmvn<3,1,4,1>", "qmvn<7,1,4,1>", "qmvn<3,1,1,5>")  # matmul_norm (BW24_NORM_EPI), fp32 activations
     + ("qmv3<7,7,7,4,8,1>", "qmv3<7,7,9,4,8,1>", "qmv3<3,3,3,4,8,1>", "qmv3<4,4,4,4,8,1>", "qmv3<7,7,7,1,4,1>")
+    # the input RMSNorm inside (norm_matmul_multi): the 0.6B's Q/K/V and gate/up, smollm2's, a verify bucket
+    + ("qmv3n<7,7,7,1,4,1>", "qmv3n<7,7,9,1,4,1>", "qmv3n<3,3,3,4,8,1>", "qmv3n<7,7,7,1,1,8>", "qmv3n<3,3,3,4,1,8>")
     + tuple(f"dequant_rows<{f}>" for f in range(10)),
     # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;
     # when the table picks other q8 configs, add them here so CI compiles what is dispatched.
@@ -35,9 +36,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # verify (T > 1): NT = T up to 8 with q8.verify_rows(T) = 4 rows, then the 16 bucket with 2
     + tuple(f"qmv8<{f},4,{r},{nt}>" for f in (3, 4, 5, 6, 7, 8, 9) for nt, r in ((2, 4), (5, 4), (16, 2)))
     + ("qmv8_3<7,7,9,4,8,1>", "qmv8_3<3,3,3,4,8,1>", "qmv8_3<4,4,4,4,8,1>",
-       "qmv8_3<7,7,9,4,4,5>", "qmv8_3<7,7,7,4,4,4>")
-    # matmul_norm (BW24_NORM_EPI): the output projection with the next RMSNorm, decode and a 5-token verify
-    + ("qmv8n<7,4,4,1>", "qmv8n<7,2,2,1>", "qmv8n<7,4,4,5>", "qmv8n<7,2,4,5>"),  # + extern "C" quantize_x, glu_q8
+       "qmv8_3<7,7,9,4,4,5>", "qmv8_3<7,7,7,4,4,4>"),  # + extern "C" quantize_x, glu_q8
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES
                           for kt in ("", ",__half"))  # fp32 and fp16 KV caches
     + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:])  # table choices

@@ -99,8 +99,8 @@ def fusable(x) -> bool:
 def feeds_q8(rows) -> bool:
     """Should a producer of rows [T, K] leave their int8 quantization? When their consumer runs on the
     q8 path (K >= Q8_MIN_K: launch.default_path's rule for the matvecs after a norm, the attention or
-    an output projection) and the producer can write it (fusable). One rule for rmsnorm, attention
-    and matmul_norm."""
+    an output projection) and the producer can write it (fusable). One rule for rmsnorm and
+    attention."""
     return rows.shape[-1] >= Q8_MIN_K and fusable(rows)
 
 
@@ -149,21 +149,3 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
     ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
-
-
-def matmul_norm(ops, w, x, out, W: int, R: int, nt: int, residual, nw, eps: float, nout, ticket) -> None:
-    """out = x W^T (+ residual) and nout = rmsnorm(out) * nw in one launch (qmv8n: the last block to
-    finish normalizes the T rows), with nout's int8 quantization left in the q8 scratch when its
-    consumer is a q8 matvec (feeds_q8): the consumer then skips quantize_x."""
-    T, K = x.shape
-    N = w.n
-    xq, xs = quantize(ops, x)
-    rows = nout.reshape(T, N)
-    quant = feeds_q8(rows)
-    nxq, nxs = buffers(ops, T, N) if quant else (NULL, NULL)  # the scratch xq was read from: see qmv8n
-    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8n<{w.fmt},{W},{R},{nt}>"), (math.ceil(N / R),), 32 * W,
-                (*w.args(), xq, xs, np.int32(K), np.int32(N), np.int32(T), NULL,
-                 NULL if residual is None else residual, out, np.float32(0.0), nw, np.float32(eps), nout, nxq,
-                 nxs, ticket))
-    if quant:
-        mark_ready(ops, rows)

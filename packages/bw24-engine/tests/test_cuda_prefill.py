@@ -272,10 +272,9 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     its own output and bias (gemm without xs converts with the same convert_x / x_class, so the bits match)."""
     conv, calls = [], []
     monkeypatch.setattr(prefill, "convert_x", lambda ops, x, q8, split: conv.append((q8, split)) or ("xs", q8, split))
-    monkeypatch.setattr(prefill, "gemm", lambda ops, w, x, out, bias, res, softcap, xs=None:
-                        calls.append((w.name, out, bias, res, xs)))
-    monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, group, T, xs, split: calls.append(
-        ([(w.name, o, b) for w, o, b in group], T, xs, split)))
+    monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, parts, T, xs, split: calls.append(
+        ([(w.name, o, b) for w, r0, n, o, b, res, sc in parts if (r0, n, res, sc) == (0, w.n, None, 0.0)], T, xs,
+         split)))
     # Q4_K rows decode on int8 activations (class (q8, fp16)), Q6_K here on fp32 ones (class (f32, split))
     plan = {"Q4_K": ("q8", 4, 4), "Q6_K": ("f32", 4, 4)}
     ops = SimpleNamespace(prefill_precision="auto", qmv_configs=SimpleNamespace(plan=lambda qt, n, k: plan[qt]))
@@ -285,7 +284,7 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     prefill.gemm_multi(ops, ws, x, outs, biases)
     assert conv == [(True, False), (False, True)]  # two classes, two conversions (not three, not one)
     assert calls == [([("q", "oq", "bq"), ("v", "ov", "bv")], 20, ("xs", True, False), False),  # stacked
-                     ("k", "ok", None, None, ("xs", False, True))]  # alone in its class: plain gemm
+                     ([("k", "ok", None)], 20, ("xs", False, True), True)]  # alone in its class
     conv.clear()
     calls.clear()
     prefill.gemm_multi(ops, ws[:1] + ws[2:], x, ["oq", "ov"], [None, None])  # one class: one conversion
@@ -319,7 +318,7 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
     the right offset and every output's columns at the right place of y [T, sum N] (ldy)."""
     rng = np.random.default_rng(5)
     T, K = 19, 64
-    Ns = (40, 24, 24)
+    Ns = (40, 24, 24)  # the third weight contributes rows 4..23 (20 rows)
     ws = [SimpleNamespace(n=n, k=K, fmt=7, data=rng.standard_normal((n, K)).astype(np.float32)) for n in Ns]
 
     def dequant(ops, w, wh, wl, rows, *, row0=0, experts=None, rpe=0):
@@ -333,6 +332,7 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
             y[t * ldc: t * ldc + r] = np.asarray(xh).reshape(T_, K)[t].astype(np.float32) @ wchunk.T
 
     def epilogue(ops, y, sx, out, N, n, bias=None, residual=None, softcap=0.0, ldy=None):
+        assert residual is None and softcap == 0.0
         yy = np.asarray(y)
         for t in range(n // N):
             out[t] = yy[t * ldy: t * ldy + N] * sx[t] + (0 if bias is None else bias)
@@ -354,7 +354,9 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
     x = rng.standard_normal((T, K)).astype(np.float16)
     outs = [np.full((T, n), np.nan, np.float32) for n in Ns]
     biases = [None, rng.standard_normal(24).astype(np.float32), None]
-    prefill.stacked_gemm(ops, list(zip(ws, outs, biases, strict=True)), T, (x.ravel(), None, np.ones(T, np.float32)), split)
-    for w, o, b in zip(ws, outs, biases, strict=True):
-        want = x.astype(np.float32) @ w.data.astype(np.float16).astype(np.float32).T + (0 if b is None else b)
-        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-4)
+    parts = [(w, 0, w.n, o, b, None, 0.0) for w, o, b in zip(ws, outs, biases, strict=True)]
+    parts[2] = (ws[2], 4, 20, outs[2][:, :20].copy(), None, None, 0.0)  # rows 4..23 only (an expert's slice)
+    prefill.stacked_gemm(ops, parts, T, (x.ravel(), None, np.ones(T, np.float32)), split)
+    for (w, r0, n, o, b, _, _) in parts:
+        dense = w.data[r0:r0 + n].astype(np.float16).astype(np.float32)
+        np.testing.assert_allclose(o, x.astype(np.float32) @ dense.T + (0 if b is None else b), rtol=1e-5, atol=1e-4)

@@ -158,23 +158,12 @@ def convert_x(ops, x, q8: bool, split: bool):
     return to_half(ops, x, split)
 
 
-def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None, xs=None) -> None:
+def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None) -> None:
     """out[T, N] = softcap?(x @ W^T + bias + residual) for T > 16 (residual may alias out); with
-    row0 / n, W is rows [row0, row0 + n) of w (one expert of a stacked [X*N, K] weight). xs: x already
-    converted for w's class (gemm_multi), else converted here."""
-    T, K, N = x.shape[0], w.k, w.n if n is None else n
+    row0 / n, W is rows [row0, row0 + n) of w (one expert of a stacked [X*N, K] weight)."""
     q8, split = x_class(ops, w, n)
-    xh, xl, sx = convert_x(ops, x, q8, split) if xs is None else xs
-    rows = min(N, gemm_rows(K, split))
-    wh = ops._buf("gemm_wh", rows * K, np.float16)
-    wl = ops._buf("gemm_wl", rows * K, np.float16) if split else None
-    y = ops._buf("gemm_y", T * N)
-    with ops.stream:
-        for r0 in range(0, N, rows):
-            r = min(rows, N - r0)
-            dequant(ops, w, wh, wl, r, row0=row0 + r0)
-            products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, N)  # column block r0.. of [T, N]
-    epilogue(ops, y, sx, out, N, T * N, bias, residual, softcap)
+    stacked_gemm(ops, [(w, row0, w.n if n is None else n, out, bias, residual, softcap)], x.shape[0],
+                 convert_x(ops, x, q8, split), split)
 
 
 def gemm_multi(ops, ws, x, outs, biases) -> None:
@@ -186,24 +175,21 @@ def gemm_multi(ops, ws, x, outs, biases) -> None:
     groups: dict[tuple[bool, bool], list] = {}
     for w, o, b in zip(ws, outs, biases, strict=True):
         assert w.k == x.shape[1], f"gemm_multi: W {w.shape} for x {x.shape}"
-        groups.setdefault(x_class(ops, w), []).append((w, o, b))
-    for (q8, split), group in groups.items():
-        xs = convert_x(ops, x, q8, split)  # shared scratch: the group's GEMMs are queued before the next class
-        if len(group) == 1:
-            w, o, b = group[0]
-            gemm(ops, w, x, o, b, None, 0.0, xs=xs)
-        else:
-            stacked_gemm(ops, group, x.shape[0], xs, split)
+        groups.setdefault(x_class(ops, w), []).append((w, 0, w.n, o, b, None, 0.0))
+    for (q8, split), parts in groups.items():
+        # shared scratch: the class's GEMMs are queued before the next class converts x
+        stacked_gemm(ops, parts, x.shape[0], convert_x(ops, x, q8, split), split)
 
 
-def stacked_gemm(ops, group, T: int, xs, split: bool) -> None:
-    """The weights of `group` ((w, out, bias), one K) as one weight of Ns = sum(N) rows: each row chunk
-    (gemm_rows) is dequantized piece by piece from the weights it spans, one set of products writes its
-    columns of y [T, Ns], then each weight's epilogue reads its own columns (ldy = Ns)."""
+def stacked_gemm(ops, parts, T: int, xs, split: bool) -> None:
+    """parts: (w, row0, n, out, bias, residual, softcap), rows [row0, row0 + n) of weights of one K, run as
+    one weight of Ns = sum(n) rows against x converted (xs = (xh, xl, sx)): each row chunk (gemm_rows) is
+    dequantized piece by piece from the parts it spans, one set of products writes its columns of
+    y [T, Ns], then each part's epilogue reads its own columns (ldy = Ns) into its out."""
     xh, xl, sx = xs
-    K = group[0][0].k
-    starts = np.cumsum([0] + [w.n for w, _, _ in group])
-    Ns = int(starts[-1])
+    K = parts[0][0].k
+    starts = [int(v) for v in np.cumsum([0] + [p[2] for p in parts])]
+    Ns = starts[-1]
     rows = min(Ns, gemm_rows(K, split))
     wh = ops._buf("gemm_wh", rows * K, np.float16)
     wl = ops._buf("gemm_wl", rows * K, np.float16) if split else None
@@ -211,15 +197,15 @@ def stacked_gemm(ops, group, T: int, xs, split: bool) -> None:
     with ops.stream:
         for r0 in range(0, Ns, rows):
             r = min(rows, Ns - r0)
-            for (w, _, _), n0 in zip(group, starts[:-1], strict=True):
-                a, b = max(r0, int(n0)), min(r0 + r, int(n0) + w.n)  # this weight's rows inside the chunk
+            for (w, row0, n, *_), n0 in zip(parts, starts, strict=False):
+                a, b = max(r0, n0), min(r0 + r, n0 + n)  # this part's rows inside the chunk
                 if a < b:
                     off = 2 * (a - r0) * K  # bytes into the chunk buffers
                     dequant(ops, w, np.uintp(wh.data.ptr + off), None if wl is None else np.uintp(wl.data.ptr + off),
-                            b - a, row0=a - int(n0))
+                            b - a, row0=row0 + a - n0)
             products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, Ns)  # columns r0.. of [T, Ns]
-    for (w, o, b), n0 in zip(group, starts[:-1], strict=True):
-        epilogue(ops, y[int(n0):], sx, o, w.n, T * w.n, b, ldy=Ns)
+    for (_, _, n, out, bias, residual, softcap), n0 in zip(parts, starts, strict=False):
+        epilogue(ops, y[n0:], sx, out, n, T * n, bias, residual, softcap, ldy=Ns)
 
 
 def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:

@@ -37,10 +37,19 @@ class RowExactOps:
         self.base.copy_from_host(self._pos, np.array([p0 + t], np.int32))
         return self._pos
 
-    # Ops' compositions, through the row-by-row ops below (never the base's fused ones over all rows):
-    # rope_kv then attention; rmsnorm then matmul_multi
-    rope_attention = Ops.rope_attention
-    norm_matmul_multi = Ops.norm_matmul_multi
+    # Ops that a backend may fuse run row by row through the base's own op, so each row takes the very
+    # kernels a decode step takes (a composition of the row-wise rmsnorm and matmul_multi would not
+    # match a decode step that runs the fused qmv3n, bit for bit)
+    def rope_attention(self, q, k, v, pos, k_cache, v_cache, *, rope, attn):
+        # row t is decode at pos + t: its key appended, then its attention over keys <= pos + t
+        for t in range(q.shape[0]):
+            self.base.rope_attention(q[t:t + 1], k[t:t + 1], v[t:t + 1], self._row_pos(pos, t), k_cache, v_cache,
+                                     rope=rope, attn={**attn, "out": attn["out"][t:t + 1]})
+
+    def norm_matmul_multi(self, h, norm, eps, ws, *, x, outs, biases=None):
+        for t in range(h.shape[0]):
+            self.base.norm_matmul_multi(h[t:t + 1], norm, eps, ws, x=x[t:t + 1], outs=[o[t:t + 1] for o in outs],
+                                        biases=biases)
 
     def rmsnorm(self, x, w, eps, *, out, add=None):
         for t in range(x.shape[0]):

@@ -156,8 +156,8 @@ def rope_table_case(rope_dim: int, base: float, freq_scale: float, n_pos: int) -
         inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)
         ang = np.arange(n_pos, dtype=np.float64)[:, None] * freq_scale * inv_freq
         want = np.stack([np.cos(ang), np.sin(ang)], -1).astype(np.float32)
-        got = cu.to_host(rope_table(cu, base, freq_scale, rope_dim, n_pos))
-        return compare(name, "elementw", got.ravel(), want.ravel())
+        got = cu.to_host(rope_table(cu, base, freq_scale, rope_dim, n_pos))  # (an earlier case may have grown it)
+        return compare(name, "elementw", got.ravel()[: want.size], want.ravel())
     return run
 
 

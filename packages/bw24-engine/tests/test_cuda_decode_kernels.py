@@ -216,3 +216,36 @@ def test_rope_slots_cover_every_dim_once(neox, D, rope_dim):
         i1 = (i + half if neox else 2 * i + 1) if i < half else i0 + 1
         dims += [i0, i1]
     assert sorted(dims) == list(range(D))
+
+
+def test_rope_table_built_once_grown_on_demand_and_never_inside_capture(helpers):
+    """norm.rope_table: one rope_table launch per (base, freq_scale, rope_dim) for the positions asked for,
+    none while they are built, a rebuild for more positions, and a clear error if first needed inside a
+    graph capture (a rebuild allocates)."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.norm import rope_table
+
+    launches, scratch = [], {}
+
+    def buf(key, n, dtype=np.float32, zeroed=False):
+        if key not in scratch or scratch[key].size < n:
+            scratch[key] = np.zeros(n, dtype).view(helpers.HostDev)
+        return scratch[key][:n]
+
+    def launch(fn, grid, block, args, shared_mem=0):
+        assert len(args) == len(helpers.kernel_params("rope.cu", "rope_table"))
+        launches.append((fn[1], int(args[1]), int(args[2]), float(args[3]), float(args[4])))
+
+    cu = SimpleNamespace(_rope_tabs={}, _capturing=False, _buf=buf, _k=lambda f, n: (f, n), _launch=launch)
+    t1 = rope_table(cu, 1e6, 1.0, 128, 4096)
+    assert t1.size == 4096 * 64 * 2 and launches == [("rope_table", 4096, 128, 1e6, 1.0)]
+    rope_table(cu, 1e6, 1.0, 128, 100)  # fewer positions: the built table serves
+    assert len(launches) == 1
+    rope_table(cu, 1e4, 1.0, 128, 100)  # another base: its own table
+    assert launches[-1] == ("rope_table", 100, 128, 1e4, 1.0)
+    assert rope_table(cu, 1e6, 1.0, 128, 8192).size == 8192 * 64 * 2 and launches[-1][1] == 8192
+    cu._capturing = True
+    rope_table(cu, 1e6, 1.0, 128, 8192)  # built: fine inside capture
+    with pytest.raises(RuntimeError, match="inside graph capture"):
+        rope_table(cu, 1e6, 1.0, 64, 10)

@@ -14,15 +14,26 @@
 //   bytes per weight written; epilogue 4TN read (+4TN residual, +4N bias), 4TN written.
 #include "quant.cuh"
 
+// v rounded as quantize_x (qmatvec_q8.cu) hands it to the q8 decode matvec: dx * rint(v / dx) over the
+// warp's 32 lanes = one 32-column group, dx = max|v| / 127 (every lane of the warp must call it).
+__device__ __forceinline__ float round_q8_lane(float v) {
+    const float d = __fdiv_rn(warp_max(fabsf(v)), 127.f);
+    return d > 0.f ? d * rintf(__fdiv_rn(v, d)) : 0.f;
+}
+
 // x [T, K] fp32 -> xh (and xl when non-null) [T, K] fp16, sx [T] = 2^e. blockDim.x <= 1024, % 32 == 0.
+// q8 != 0: x is first rounded per 32-column group (round_q8_lane), so a prefill GEMM of a weight whose
+// decode path is q8 sees the activations that path sees (ops/cuda/launch.py default_path). K % 32 == 0:
+// a warp's lanes hold one whole group at every step of the strided loops.
 extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half* __restrict__ xh,
-                                     __half* __restrict__ xl, float* __restrict__ sx) {
+                                     __half* __restrict__ xl, float* __restrict__ sx, int q8) {
     PDL_OPEN();
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* xr = x + (i64)t * K;
+    auto load = [&](int i) { return q8 ? round_q8_lane(xr[i]) : xr[i]; };  // q8 is uniform over the block
     float m = 0.f;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(xr[i]));
+    for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(load(i)));
     m = warp_max(m);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
@@ -39,25 +50,11 @@ extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half*
     const float inv = ldexpf(1.f, -e);
     if (threadIdx.x == 0) sx[t] = ldexpf(1.f, e);
     for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        const float v = xr[i] * inv;  // exact: a power-of-two scale
+        const float v = load(i) * inv;  // exact: a power-of-two scale
         const __half h = __float2half_rn(v);
         xh[(i64)t * K + i] = h;
         if (xl) xl[(i64)t * K + i] = __float2half_rn(v - __half2float(h));
     }
-}
-
-// x [T, K] -> xr [T, K] = dx * rint(x / dx) per 32-column group, dx = max|x| / 127: the activation
-// exactly as quantize_x (qmatvec_q8.cu) hands it to the q8 decode matvec, so a prefill GEMM of a
-// weight whose decode path is q8 sees the same rounded activations (ops/cuda/launch.py default_path).
-// One warp per (token, group); xr may alias x.
-extern "C" __global__ void x_round_q8(const float* x, int T, int K, float* xr) {
-    PDL_OPEN();
-    const int lane = threadIdx.x & 31;
-    const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // t * G + g
-    if (i >= (i64)T * (K >> 5)) return;
-    const float v = x[32 * i + lane];
-    const float d = __fdiv_rn(warp_max(fabsf(v)), 127.f);
-    xr[32 * i + lane] = d > 0.f ? d * rintf(__fdiv_rn(v, d)) : 0.f;
 }
 
 __device__ __forceinline__ u32 half2_bits(__half2 h) { return *reinterpret_cast<const u32*>(&h); }

@@ -57,7 +57,7 @@ class CudaOps(Ops):
 
     @contextmanager
     def exact_activations(self):
-        """Every matvec on the fp32-activation path and no x_round_q8 in prefill (the gate's exact
+        """Every matvec on the fp32-activation path and no int8 rounding of x in prefill (the gate's exact
         half); eager calls only: a graph captured inside keeps the paths it was captured with."""
         old, self.qmv_configs.force_path = self.qmv_configs.force_path, "f32"
         try:

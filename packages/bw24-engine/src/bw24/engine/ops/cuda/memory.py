@@ -61,7 +61,6 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
     # prefill GEMM (ops/cuda/prefill.py): fp16 weight chunk (hi + lo), fp32 result [T, N], x as fp16
     # hi + lo [T, K] and row scales [T]
     scratch = prefill_scratch + 4 * m * max_rows + 2 * 2 * m * max_k + 4 * m
-    scratch += 4 * m * max_k  # x rounded as the q8 decode path sees it (prefill.round_q8)
     scratch += 4 * m * c.n_head * ns * (2 + c.head_dim_v)
     if c.is_moe:
         slots = m * c.n_expert_used

@@ -17,11 +17,10 @@ GEMM precision (CudaOps.prefill_precision; numbers: benchmarks/emulate_fp16_pref
   rel 2-3e-4 per GEMM on random weights of every quant type; last-position logits vs decode up to
   3.7e-2 on smollm2-135m, above the gate's 1e-2 (split: 5e-5, as fp32's 4e-5).
 Activations: for a weight whose decode matvec runs on int8 activations (launch.default_path: K >= 2048
-or a vocabulary head), x is first rounded exactly as quantize_x does (x_round_q8), so prefill and
+or a vocabulary head), x is first rounded exactly as quantize_x does (x_to_half's q8 mode), so prefill and
 decode of that weight see the same int8 grid (their inputs still differ in the last bits, hence the
 gate's int8 half: engine.verify_prefill).
-Scratch: PREFILL_SCRATCH bytes of fp16 weight halves per chunk, T*N fp32 result, T*K*2*2 x halves,
-T*K*4 rounded x.
+Scratch: PREFILL_SCRATCH bytes of fp16 weight halves per chunk, T*N fp32 result, T*K*2*2 x halves.
 Nothing here is graph-captured (prefill runs eagerly; CuPy cannot capture cuBLAS).
 """
 
@@ -100,23 +99,15 @@ def _ptr(a) -> int:
     return a if isinstance(a, int) else a.data.ptr
 
 
-def to_half(ops, x, split: bool):
-    """x [T, K] fp32 -> (xh, xl or None, sx): fp16 halves of x / sx and the row scales sx = 2^e."""
+def to_half(ops, x, split: bool, q8: bool = False):
+    """x [T, K] fp32 -> (xh, xl or None, sx): fp16 halves of x / sx and the row scales sx = 2^e; q8: x first
+    rounded per 32-column group as quantize_x rounds it (one launch: x_to_half's q8 mode)."""
     T, K = x.shape
     xh, sx = ops._buf("gemm_xh", T * K, np.float16), ops._buf("gemm_sx", T)
     xl = ops._buf("gemm_xl", T * K, np.float16) if split else None
     ops._launch(ops._k("prefill_gemm.cu", "x_to_half"), (T,), min(1024, 32 * math.ceil(K / 128)),
-                (x, np.int32(K), xh, xl if split else NULL, sx))
+                (x, np.int32(K), xh, xl if split else NULL, sx, np.int32(q8)))
     return xh, xl, sx
-
-
-def round_q8(ops, x):
-    """x [T, K] -> dx * rint(x / dx) per 32-group (x_round_q8), into scratch."""
-    T, K = x.shape
-    xr = ops._buf("gemm_xr", T * K).reshape(T, K)
-    ops._launch(ops._k("prefill_gemm.cu", "x_round_q8"), (math.ceil(T * (K // 32) / 8),), 256, (x, np.int32(T),
-                                                                                            np.int32(K), xr))
-    return xr
 
 
 def products(ops, wh, wl, xh, xl, yp: int, r: int, T: int, K: int, ldc: int, **batched) -> None:
@@ -152,10 +143,9 @@ def x_class(ops, w, n: int | None = None) -> tuple[bool, bool]:
 
 
 def convert_x(ops, x, q8: bool, split: bool):
-    """x [T, K] as a GEMM of class (q8, split) reads it: (xh, xl or None, sx) in the shared scratch."""
-    if q8:
-        x = round_q8(ops, x)  # this weight decodes on int8 activations: prefill sees the same values
-    return to_half(ops, x, split)
+    """x [T, K] as a GEMM of class (q8, split) reads it: (xh, xl or None, sx) in the shared scratch; q8: this
+    weight decodes on int8 activations, so prefill sees the same rounded values."""
+    return to_half(ops, x, split, q8)
 
 
 def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None) -> None:

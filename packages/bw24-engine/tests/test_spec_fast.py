@@ -217,7 +217,7 @@ def test_spec_drafter_prompt_ingestion_is_prefill_time(models, reference, monkey
 
 
 def test_row_exact_ops_run_fusable_ops_row_by_row_through_the_base():
-    """RowExactOps hands each row of a fusable op (norm_matmul_multi, rope_attention) to the base's own op
+    """RowExactOps hands each row of a fusable op (norm_matmul_multi, rope_attention, ffn_glu) to the base's own op
     as a one-row call at position pos + t, the call a decode step makes (a fused kernel there, e.g. qmv3n):
     composing the row-wise rmsnorm and matmul_multi instead would not match decode bit for bit."""
     from bw24.engine.ops.ref import RefOps
@@ -232,11 +232,17 @@ def test_row_exact_ops_run_fusable_ops_row_by_row_through_the_base():
         def rope_attention(self, q, k, v, pos, k_cache, v_cache, *, rope, attn):
             calls.append(("rope_attention", q.shape[0], int(pos[0]), attn["out"].shape[0], float(q[0, 0, 0])))
 
+        def ffn_glu(self, h, norm, eps, w_gate, w_up, act, *, x, g, u):
+            calls.append(("ffn_glu", h.shape[0], float(h[0, 0]), g.shape[0]))
+
     ops = RowExactOps(Base())
     h = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
     ops.norm_matmul_multi(h, np.ones(4, np.float32), 1e-6, [None], x=np.zeros((3, 4), np.float32),
                           outs=[np.zeros((3, 2), np.float32)])
     q = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)
     ops.rope_attention(q, q, q, np.array([7], np.int32), None, None, rope={}, attn={"out": np.zeros((3, 2, 4))})
+    z = np.zeros((3, 4), np.float32)
+    ops.ffn_glu(h, np.ones(4, np.float32), 1e-6, None, None, "silu", x=z, g=z.copy(), u=z.copy())
     assert calls == [("norm_matmul_multi", 1, 0.0, 1), ("norm_matmul_multi", 1, 4.0, 1), ("norm_matmul_multi", 1, 8.0, 1),
-                     ("rope_attention", 1, 7, 1, 0.0), ("rope_attention", 1, 8, 1, 8.0), ("rope_attention", 1, 9, 1, 16.0)]
+                     ("rope_attention", 1, 7, 1, 0.0), ("rope_attention", 1, 8, 1, 8.0), ("rope_attention", 1, 9, 1, 16.0),
+                     ("ffn_glu", 1, 0.0, 1), ("ffn_glu", 1, 4.0, 1), ("ffn_glu", 1, 8.0, 1)]

@@ -17,6 +17,7 @@
 // Bytes moved (HBM): the weight's repacked bytes once (e.g. Q4_K 4.625 bits/weight, Q8_0 8.5),
 // plus T*K*4 (x, from L1/L2) plus T*N*4 (out) [+ T*N*4 residual].
 #include "qdot.cuh"
+#include "quant_x.cuh"
 
 // NORM (qmv3n): x is the residual stream h, normalized on the fly: x = h * rn[t] * nw (norm.cu's
 // formula), rn[t] = rsqrt(mean(h[t]^2) + eps) from norm_scales.
@@ -59,17 +60,22 @@ __device__ __forceinline__ void qmv_group(const GRaw<FMT> (&raw)[R], const float
 // rn[t] = rsqrt(mean(h[t]^2) + eps) for t < T into shared memory (rn[W * NT + t]; rn[0 .. W*NT) the warp
 // partials): thread i sums the squares of float4s i, i + 32W, ... in order, a warp butterfly, then the W
 // warp sums in warp order. A function of (W, K) only: a token's scale is the same in any T-row launch.
+// One thread's share of a row's sum of squares: float4s i, i + stride, ... in order (norm_scales, qmv_glu).
+__device__ __forceinline__ float sumsq_share(const float* __restrict__ row, int K, int i, int stride) {
+    const float4* v = reinterpret_cast<const float4*>(row);
+    float ss = 0.f;
+    for (; i < (K >> 2); i += stride) {
+        const float4 f = v[i];
+        ss += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
+    }
+    return ss;
+}
+
 template <int W, int NT>
 __device__ __forceinline__ void norm_scales(const float* __restrict__ h, int K, int T, float eps, float* rn) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int t = 0; t < T; ++t) {
-        const float4* v = reinterpret_cast<const float4*>(h + (i64)t * K);
-        float ss = 0.f;
-        for (int i = tid; i < (K >> 2); i += 32 * W) {
-            const float4 f = v[i];
-            ss += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
-        }
-        ss = warp_sum(ss);
+        const float ss = warp_sum(sumsq_share(h + (i64)t * K, K, tid, 32 * W));
         if (lane == 0) rn[warp * NT + t] = ss;
     }
     __syncthreads();
@@ -176,6 +182,72 @@ qmv3n(const float* __restrict__ h, const float* __restrict__ nw, float eps, int 
     else
         qmv_rows<F2, W, R, NT, true>(Planes{a2, b2, c2, d2}, h, K, N2, T, bias2, nullptr, out2, 0.f,
                                      (b - nb0 - nb1) * R, red, nw, eps, rn);
+}
+
+// Decode (T = 1) of a small model's fp32-activation FFN front in one launch (ops/cuda/backend.py ffn_glu,
+// BW24_GLU_FUSE=1): x = rmsnorm(h) * nw, g = x Wg^T, u = x Wu^T, out = act(g) * u and out's int8 groups.
+// It computes the bits of qmv3n at W = 1 followed by glu_q8, so verify rows (which take those two
+// launches) stay equal to decode: block b owns rows 32b .. 32b + 31 of gate and of up; warp w computes
+// GLU_ROWS of each as a one-warp qmv block does (the norm's scale as norm_scales<1, 1> forms it; lane
+// walks groups lane, lane + 32, ...; a warp butterfly ends the row); then warp 0 applies glu_act and
+// quantizes the block's 32 outputs, one group (glu_q8's arithmetic). N % 32 == 0.
+#define GLU_ROWS 8
+template <int F0, int F1>
+__global__ void __launch_bounds__(128)
+qmv_glu(const float* __restrict__ h, const float* __restrict__ nw, float eps, int K, int N,
+        const void* a0, const void* b0, const void* c0, const void* d0,
+        const void* a1, const void* b1, const void* c1, const void* d1,
+        int act, float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs) {
+    PDL_TRIGGER();  // the wait follows the first weight loads
+    __shared__ float hs[32];
+    constexpr int R = GLU_ROWS;
+    const Planes pg{a0, b0, c0, d0}, pu{a1, b1, c1, d1};
+    const int lane = threadIdx.x & 31, row0 = blockIdx.x * 32 + (threadIdx.x >> 5) * R, G = K >> 5;
+    float ag[R][1], au[R][1];
+#pragma unroll
+    for (int r = 0; r < R; ++r) ag[r][0] = au[r][0] = 0.f;
+    float rn[1];
+    const NormIn nrm{nw, rn};
+#ifdef BW24_PDL
+    {
+        GRaw<F0> fg[R];
+        GRaw<F1> fu[R];
+        if (lane < G) {
+            load_rows<F0, R>(pg, row0, N, lane, K, fg);
+            load_rows<F1, R>(pu, row0, N, lane, K, fu);
+        }
+        PDL_WAIT();
+        rn[0] = rsqrtf(warp_sum(sumsq_share(h, K, lane, 32)) / (float)K + eps);
+        if (lane < G) {
+            qmv_group<F0, R, 1, true>(fg, h, K, 1, lane, ag, nrm);
+            qmv_group<F1, R, 1, true>(fu, h, K, 1, lane, au, nrm);
+        }
+    }
+    const int g0 = lane + 32;
+#else
+    rn[0] = rsqrtf(warp_sum(sumsq_share(h, K, lane, 32)) / (float)K + eps);
+    const int g0 = lane;
+#endif
+    for (int g = g0; g < G; g += 32) {
+        GRaw<F0> rg[R];
+        GRaw<F1> ru[R];
+        load_rows<F0, R>(pg, row0, N, g, K, rg);
+        load_rows<F1, R>(pu, row0, N, g, K, ru);
+        qmv_group<F0, R, 1, true>(rg, h, K, 1, g, ag, nrm);
+        qmv_group<F1, R, 1, true>(ru, h, K, 1, g, au, nrm);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const float gv = warp_sum(ag[r][0]), uv = warp_sum(au[r][0]);
+        if (lane == 0) hs[(threadIdx.x >> 5) * R + r] = glu_act(gv, act) * uv;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const i64 o = (i64)blockIdx.x * 32 + lane;
+        const float v = hs[lane];
+        out[o] = v;
+        quant_group32(v, lane, xq + (i64)blockIdx.x * 32, xs + blockIdx.x);
+    }
 }
 
 // Dequantize rows [row0, row0 + rows) of a repacked weight to fp32 [rows, K] (prefill GEMM input

@@ -177,9 +177,9 @@ class Transformer:
         o = self.ops
         if norm is None:
             o.matmul_multi((L.w_gate, L.w_up), b.x, outs=(b.g, b.u))
+            o.glu(b.g, b.u, self.cfg.ffn_act, out=b.g)
         else:
-            o.norm_matmul_multi(b.h, norm, self.cfg.rms_eps, (L.w_gate, L.w_up), x=b.x, outs=(b.g, b.u))
-        o.glu(b.g, b.u, self.cfg.ffn_act, out=b.g)
+            o.ffn_glu(b.h, norm, self.cfg.rms_eps, L.w_gate, L.w_up, self.cfg.ffn_act, x=b.x, g=b.g, u=b.u)
 
     def head(self, b: SimpleNamespace, T: int, last_only: bool) -> Any:
         """Final norm and logits of the last row (or all rows)."""

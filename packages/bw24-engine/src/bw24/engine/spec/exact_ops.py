@@ -46,6 +46,10 @@ class RowExactOps:
             self.base.rope_attention(q[t:t + 1], k[t:t + 1], v[t:t + 1], self._row_pos(pos, t), k_cache, v_cache,
                                      rope=rope, attn={**attn, "out": attn["out"][t:t + 1]})
 
+    def ffn_glu(self, h, norm, eps, w_gate, w_up, act, *, x, g, u):
+        for t in range(h.shape[0]):
+            self.base.ffn_glu(h[t:t + 1], norm, eps, w_gate, w_up, act, x=x[t:t + 1], g=g[t:t + 1], u=u[t:t + 1])
+
     def norm_matmul_multi(self, h, norm, eps, ws, *, x, outs, biases=None):
         for t in range(h.shape[0]):
             self.base.norm_matmul_multi(h[t:t + 1], norm, eps, ws, x=x[t:t + 1], outs=[o[t:t + 1] for o in outs],

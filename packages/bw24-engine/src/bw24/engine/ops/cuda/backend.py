@@ -108,6 +108,10 @@ class CudaOps(Ops):
     # The tuning table leaves it off (tune_attention at ddfc1fd timed it eagerly, before PDL and graphs of
     # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
     # "no_attn_fuse"), to be measured in the decode cells.
+    # A small model's decode FFN front (input norm, gate, up, GLU and the int8 rows for the down projection)
+    # in one qmv_glu launch instead of qmv3n + glu_q8, where the gate/up matvec runs one-warp rows on fp32
+    # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in until measured.
+    glu_fuse = os.environ.get("BW24_GLU_FUSE", "0") == "1"
     attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
     attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
 
@@ -117,6 +121,7 @@ class CudaOps(Ops):
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
+                                      ("glu_fuse", self.glu_fuse),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env)) if on]
 
@@ -334,6 +339,28 @@ class CudaOps(Ops):
                           NULL if residual is None else residual, out, np.float32(softcap or 0.0)))
             return
         self._gemm(w, x, out, bias, residual, softcap)
+
+    def ffn_glu(self, h, norm, eps: float, w_gate, w_up, act, *, x, g, u):
+        """Decode rows (T = 1) with glu_fuse on, when the gate/up matvec would run one-warp rows (W = 1) on
+        fp32 activations: one qmv_glu launch (the norm, both matvecs, act(g) * u and g's int8 rows, the
+        bits of qmv3n + glu_q8). Otherwise norm_matmul_multi, then glu."""
+        T, K = h.shape
+        N = w_gate.n
+        if self.glu_fuse and T == 1 and act in ACTIVATIONS and w_up.n == N and N % 32 == 0 and K % 4 == 0 \
+                and w_gate.k == w_up.k == K and norm.shape == (K,) and h.flags.c_contiguous:
+            from . import q8
+            from .launch import Q8_TYPES
+
+            path, W, _ = self.qmv_configs.plan(w_gate.qtype, 2 * N, K)  # matmul_multi's config for the pair
+            if W == 1 and not (path == "q8" and all(w.qtype.name in Q8_TYPES for w in (w_gate, w_up))) \
+                    and q8.fusable(g):
+                xq, xs = q8.buffers(self, 1, N)
+                self._launch(self._k("qmatvec.cu", f"qmv_glu<{w_gate.fmt},{w_up.fmt}>"), (N // 32,), 128,
+                             (h, norm, np.float32(eps), _i32(K), _i32(N), *w_gate.args(), *w_up.args(),
+                              _i32(ACTIVATIONS.index(act)), g, xq, xs))
+                q8.mark_ready(self, g.reshape(1, N))
+                return
+        Ops.ffn_glu(self, h, norm, eps, w_gate, w_up, act, x=x, g=g, u=u)
 
     def norm_matmul_multi(self, h, norm, eps: float, ws, *, x, outs, biases=None):
         """x = rmsnorm(h) * norm, then matmul_multi of x. On the fp32-activation path (the small models'

@@ -271,7 +271,8 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     weights, in the order the classes first appear, and each weight's GEMM gets its own class's conversion,
     its own output and bias (gemm without xs converts with the same convert_x / x_class, so the bits match)."""
     conv, calls = [], []
-    monkeypatch.setattr(prefill, "convert_x", lambda ops, x, q8, split: conv.append((q8, split)) or ("xs", q8, split))
+    monkeypatch.setattr(prefill, "convert_x", lambda ops, x, q8, split, norm=None: conv.append((q8, split)) or
+                        ("xs", q8, split))
     monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, parts, T, xs, split: calls.append(
         ([(w.name, o, b) for w, r0, n, o, b, res, sc in parts if (r0, n, res, sc) == (0, w.n, None, 0.0)], T, xs,
          split)))
@@ -296,7 +297,8 @@ def test_cuda_matmul_multi_routes_prefill_rows_to_gemm_multi(monkeypatch):
 
     ops = CudaOps.__new__(CudaOps)  # no GPU needed: only the dispatch runs
     seen = []
-    monkeypatch.setattr(prefill, "gemm_multi", lambda o, ws, x, outs, biases: seen.append((len(ws), x.shape[0], biases)))
+    monkeypatch.setattr(prefill, "gemm_multi", lambda o, ws, x, outs, biases, norm=None:
+                        seen.append((len(ws), x.shape[0], biases)))
     W = lambda n: SimpleNamespace(n=n, k=64, shape=(n, 64))  # noqa: E731
     x = np.zeros((17, 64), np.float32)
     ops.matmul_multi([W(8), W(4)], x, outs=[np.zeros((17, 8), np.float32), np.zeros((17, 4), np.float32)])

@@ -202,7 +202,7 @@ def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
     """norm_matmul_multi: x = rmsnorm(h) * nw, then Q/K/V-style matvecs of x, vs the reference. On the
     fp32-activation path one qmv3n launch (the norm inside the matvec's blocks), on the q8 path rmsnorm
     (+ its int8 rows) and qmv8_3; and row t of the T-row call == a T = 1 call, bit for bit (verify ==
-    decode)."""
+    decode). T > 16: the prefill GEMMs, the norm applied by x_to_half (vs the reference only)."""
     def run(name, ref, cu, rng):
         ns = (320, 64, 96)[: len(qts)]
         tis = [_weight(q, n, K, rng, f"{name}.w{i}") for i, (q, n) in enumerate(zip(qts, ns, strict=True))]
@@ -215,6 +215,10 @@ def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
         with _forced(cu, qts, *cfg, path=path):
             outs, xb = [cu.zeros((T, n)) for n in ns], cu.zeros((T, K))
             n = count_launches(cu, lambda: cu.norm_matmul_multi(hd, nwd, 1e-6, ws, x=xb, outs=outs))
+            if T > 16:  # prefill rows: x_to_half normalizes h on its way to fp16 (split precision here)
+                got = np.concatenate([cu.to_host(o) for o in outs], axis=1)
+                want = [x.astype(np.float64) @ np.asarray(d, np.float64).T for d in dense]
+                return compare(name, "matmul", got, np.concatenate([np.asarray(w, np.float32) for w in want], axis=1))
             if n != (1 if path == "f32" else 2):  # qmv3n; or rmsnorm_reg (+ int8 rows) then qmv8_3
                 return compare(name + " (launches)", "exact", np.array([n]), np.array([1 if path == "f32" else 2]))
             got = np.concatenate([cu.to_host(o) for o in outs], axis=1)
@@ -313,7 +317,9 @@ def cases() -> Iterator[tuple[str, Case]]:
                                  ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 5, 1024, (1, 4), "f32"),
                                  ((Q.Q4_1, Q.Q4_1, Q.Q4_1), 3, 576, (4, 8), "f32"),
                                  ((Q.Q8_0, Q.Q8_0), 16, 896, (2, 4), "f32"), ((Q.Q4_K, Q.Q6_K), 9, 1536, (4, 2), "f32"),
-                                 ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 4, 2048, (4, 8), "q8")):
+                                 ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 4, 2048, (4, 8), "q8"),
+                                 ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, 1024, (1, 4), "f32"),  # prefill: the norm in x_to_half
+                                 ((Q.Q4_1, Q.Q4_1), 100, 576, (4, 8), "f32")):
         yield f"norm_matmul_multi {'+'.join(q.name for q in qts)} K={K} W={cfg[0]} R={cfg[1]} T={T} {path}", \
             norm_multi_case(qts, T, K, cfg, path)
     # the decode FFN front in one launch (BW24_GLU_FUSE): qwen3-0.6b's shape, smollm2's (K = 576), Q8_0, gelu

@@ -24,14 +24,26 @@ __device__ __forceinline__ float round_q8_lane(float v) {
 // x [T, K] fp32 -> xh (and xl when non-null) [T, K] fp16, sx [T] = 2^e. blockDim.x <= 1024, % 32 == 0.
 // q8 != 0: x is first rounded per 32-column group (round_q8_lane), so a prefill GEMM of a weight whose
 // decode path is q8 sees the activations that path sees (ops/cuda/launch.py default_path). K % 32 == 0:
-// a warp's lanes hold one whole group at every step of the strided loops.
+// a warp's lanes hold one whole group at every step of the strided loops. nw != null: x is the residual
+// stream h and gets its RMSNorm first, x = h * rsqrt(mean(h^2) + eps) * nw (norm.cu's formula; the prefill
+// rows of norm_matmul_multi: one rmsnorm launch and one pass over the rows fewer).
 extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half* __restrict__ xh,
-                                     __half* __restrict__ xl, float* __restrict__ sx, int q8) {
+                                     __half* __restrict__ xl, float* __restrict__ sx, int q8,
+                                     const float* __restrict__ nw, float eps) {
     PDL_OPEN();
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* xr = x + (i64)t * K;
-    auto load = [&](int i) { return q8 ? round_q8_lane(xr[i]) : xr[i]; };  // q8 is uniform over the block
+    float rn = 1.f;
+    if (nw) {  // uniform over the block
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < K; i += blockDim.x) ss += xr[i] * xr[i];
+        rn = rsqrtf(block_sum(ss, red) / (float)K + eps);
+    }
+    auto load = [&](int i) {  // q8 is uniform over the block
+        const float v = nw ? xr[i] * rn * nw[i] : xr[i];
+        return q8 ? round_q8_lane(v) : v;
+    };
     float m = 0.f;
     for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(load(i)));
     m = warp_max(m);

@@ -386,7 +386,7 @@ class CudaOps(Ops):
             assert x.flags.c_contiguous and x.dtype == np.float32
             for w, o in zip(ws, outs, strict=True):
                 assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
-            gemm_multi(self, ws, normed() if norm else x, outs, biases)
+            gemm_multi(self, ws, x, outs, biases, norm=None if norm is None else norm[:2])  # the norm in x_to_half
             return
         if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
             return super().matmul_multi(ws, normed() if norm else x, outs=outs, biases=biases)

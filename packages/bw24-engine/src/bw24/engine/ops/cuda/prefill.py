@@ -99,14 +99,16 @@ def _ptr(a) -> int:
     return a if isinstance(a, int) else a.data.ptr
 
 
-def to_half(ops, x, split: bool, q8: bool = False):
+def to_half(ops, x, split: bool, q8: bool = False, norm=None):
     """x [T, K] fp32 -> (xh, xl or None, sx): fp16 halves of x / sx and the row scales sx = 2^e; q8: x first
-    rounded per 32-column group as quantize_x rounds it (one launch: x_to_half's q8 mode)."""
+    rounded per 32-column group as quantize_x rounds it; norm = (weight, eps): x is h, RMS-normalized first
+    (one launch either way: x_to_half's modes)."""
     T, K = x.shape
     xh, sx = ops._buf("gemm_xh", T * K, np.float16), ops._buf("gemm_sx", T)
     xl = ops._buf("gemm_xl", T * K, np.float16) if split else None
+    nw, eps = norm if norm is not None else (NULL, 0.0)
     ops._launch(ops._k("prefill_gemm.cu", "x_to_half"), (T,), min(1024, 32 * math.ceil(K / 128)),
-                (x, np.int32(K), xh, xl if split else NULL, sx, np.int32(q8)))
+                (x, np.int32(K), xh, xl if split else NULL, sx, np.int32(q8), nw, np.float32(eps)))
     return xh, xl, sx
 
 
@@ -142,10 +144,10 @@ def x_class(ops, w, n: int | None = None) -> tuple[bool, bool]:
     return q8, is_split(ops, q8)
 
 
-def convert_x(ops, x, q8: bool, split: bool):
+def convert_x(ops, x, q8: bool, split: bool, norm=None):
     """x [T, K] as a GEMM of class (q8, split) reads it: (xh, xl or None, sx) in the shared scratch; q8: this
-    weight decodes on int8 activations, so prefill sees the same rounded values."""
-    return to_half(ops, x, split, q8)
+    weight decodes on int8 activations, so prefill sees the same rounded values; norm: x = rmsnorm(x)."""
+    return to_half(ops, x, split, q8, norm)
 
 
 def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None) -> None:
@@ -156,19 +158,19 @@ def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | Non
                  convert_x(ops, x, q8, split), split)
 
 
-def gemm_multi(ops, ws, x, outs, biases) -> None:
+def gemm_multi(ops, ws, x, outs, biases, norm=None) -> None:
     """Q/K/V or gate/up of one x [T, K] (T > 16). Per class (x_class) of the weights, x is rounded and split
     once, and the class's weights run as one stacked weight (stacked_gemm): one set of GEMM products per
     row chunk instead of one per weight. Prefill is host-bound on small models (the 0.6B's pp512: 27 ms
     of wall time for 14.8 ms of kernels at 0d45897): Q/K/V in split precision were 3 conversions and 9
-    GEMM calls, now 1 and 3."""
+    GEMM calls, now 1 and 3. norm = (weight, eps): x is the residual stream, normalized by the conversion."""
     groups: dict[tuple[bool, bool], list] = {}
     for w, o, b in zip(ws, outs, biases, strict=True):
         assert w.k == x.shape[1], f"gemm_multi: W {w.shape} for x {x.shape}"
         groups.setdefault(x_class(ops, w), []).append((w, 0, w.n, o, b, None, 0.0))
     for (q8, split), parts in groups.items():
         # shared scratch: the class's GEMMs are queued before the next class converts x
-        stacked_gemm(ops, parts, x.shape[0], convert_x(ops, x, q8, split), split)
+        stacked_gemm(ops, parts, x.shape[0], convert_x(ops, x, q8, split, norm), split)
 
 
 def stacked_gemm(ops, parts, T: int, xs, split: bool) -> None:

@@ -225,6 +225,7 @@ class _PlanOps:
 
         self.dev, self.params = helpers.HostDev, helpers.kernel_params  # conftest
         self.verify_rows, self._q8_ready, self.calls, self.args = None, None, [], []
+        self.norm_fuse, self.glu_fuse = True, False
         self._rope_tabs, self._capturing = {}, False
         self.qmv_configs = SimpleNamespace(plan=plan)
 
@@ -266,8 +267,9 @@ def test_norm_matmul_multi_dispatch(helpers, monkeypatch):
     monkeypatch.setattr(prefill, "gemm_multi", lambda ops, ws, x, outs, biases, norm=None: ops.calls.append(
         ("gemm_multi", x, norm)))
 
-    def run(T, path, K=1024, n=3):
+    def run(T, path, K=1024, n=3, fuse=True):
         ops = _PlanOps(lambda qt, N, k: (path, 1, 4), helpers)
+        ops.norm_fuse = fuse
         ws = [SimpleNamespace(n=64, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0)) for _ in range(n)]
         h, xb, nw = (np.zeros(s, np.float32).view(helpers.HostDev) for s in ((T, K), (T, K), (K,)))
         outs = [np.zeros((T, 64), np.float32).view(helpers.HostDev) for _ in range(n)]
@@ -279,6 +281,7 @@ def test_norm_matmul_multi_dispatch(helpers, monkeypatch):
     assert calls == ["qmv3n"] and reads_h  # the norm inside: h and its weight are the kernel's first arguments
     assert run(5, "f32", n=2)[:2] == (["qmv3n"], True)
     assert run(16, "f32", K=576)[0] == ["qmv3n"]
+    assert run(1, "f32", fuse=False)[0] == ["rmsnorm", "qmv3"]  # BW24_NORM_FUSE=0
     calls = run(1, "q8", K=2048)[0]  # (the stand-in rmsnorm leaves no int8 rows: quantize_x; kernel_check counts 2)
     assert calls[0] == "rmsnorm" and calls[-1] == "qmv8_3" and "qmv3n" not in calls
     calls, reads_h, _ = run(17, "f32")  # prefill: the GEMMs' conversion of h normalizes it (x_to_half)
@@ -383,9 +386,9 @@ def test_ffn_glu_dispatch(helpers, monkeypatch):
     fallback = []
     monkeypatch.setattr(Ops, "ffn_glu", lambda self, h, *a, **kw: fallback.append(h.shape[0]))
 
-    def run(on, T=1, W=1, path="f32", K=1024, N=3072):
+    def run(on, T=1, W=1, path="f32", K=1024, N=3072, norm_fuse=True):
         ops = _PlanOps(lambda qt, n, k: (path, W, 4), helpers)
-        ops.glu_fuse = on
+        ops.glu_fuse, ops.norm_fuse = on, norm_fuse
         w = [SimpleNamespace(n=N, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0)) for _ in range(2)]
         h, xb = (np.zeros((T, K), np.float32).view(helpers.HostDev) for _ in range(2))
         g, u = (np.zeros((T, N), np.float32).view(helpers.HostDev) for _ in range(2))
@@ -401,3 +404,4 @@ def test_ffn_glu_dispatch(helpers, monkeypatch):
     assert run(True, W=4) == (False, False, [1])  # two-warp-or-more rows: their order is not one warp's
     assert run(True, path="q8", K=2048) == (False, False, [1])
     assert run(True, N=3000) == (False, False, [1])  # not whole 32-row blocks
+    assert run(True, norm_fuse=False) == (False, False, [1])  # its norm is qmv3n's: off with BW24_NORM_FUSE=0

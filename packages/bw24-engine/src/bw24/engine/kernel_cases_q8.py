@@ -212,7 +212,7 @@ def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
         ref.rmsnorm(h, nw, 1e-6, out=x)
         dense = [ref.load_weight(t).data for t in tis]
         ws, hd, nwd = [cu.load_weight(t) for t in tis], _dev(cu, h), _dev(cu, nw)
-        with _forced(cu, qts, *cfg, path=path):
+        with _forced(cu, qts, *cfg, path=path), setting(cu, "norm_fuse", True):  # whatever BW24_NORM_FUSE says
             outs, xb = [cu.zeros((T, n)) for n in ns], cu.zeros((T, K))
             n = count_launches(cu, lambda: cu.norm_matmul_multi(hd, nwd, 1e-6, ws, x=xb, outs=outs))
             if T > 16:  # prefill rows: x_to_half normalizes h on its way to fp16 (split precision here)
@@ -262,7 +262,7 @@ def ffn_glu_case(qt, K: int, N: int, act: str = "silu") -> Case:
                 n = count_launches(cu, lambda: cu.ffn_glu(hd[rows], nwd, 1e-6, wg, wu, act, x=xb, g=g, u=u))
             return n, cu.to_host(g), _scratch_q8(cu, T, N)
 
-        with _forced(cu, [qt], 1, 4, path="f32"):
+        with _forced(cu, [qt], 1, 4, path="f32"), setting(cu, "norm_fuse", True):
             n1, g1, q1 = call(slice(0, 1), True)
             n0, g0, q0 = call(slice(0, 1), False)
             if (n1, n0) != (1, 2):  # qmv_glu; qmv3n + glu_q8

@@ -108,6 +108,10 @@ class CudaOps(Ops):
     # The tuning table leaves it off (tune_attention at ddfc1fd timed it eagerly, before PDL and graphs of
     # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
     # "no_attn_fuse"), to be measured in the decode cells.
+    # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
+    # norm_matmul_multi): on by default since it was written (after 0d45897), not yet measured; BW24_NORM_FUSE=0
+    # runs rmsnorm + qmv3 instead (perf rows then record "no_norm_fuse"), for the A/B of the next GPU run.
+    norm_fuse = os.environ.get("BW24_NORM_FUSE", "1") != "0"
     # A small model's decode FFN front (input norm, gate, up, GLU and the int8 rows for the down projection)
     # in one qmv_glu launch instead of qmv3n + glu_q8, where the gate/up matvec runs one-warp rows on fp32
     # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in until measured.
@@ -121,7 +125,7 @@ class CudaOps(Ops):
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
-                                      ("glu_fuse", self.glu_fuse),
+                                      ("glu_fuse", self.glu_fuse), ("no_norm_fuse", not self.norm_fuse),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env)) if on]
 
@@ -346,7 +350,8 @@ class CudaOps(Ops):
         bits of qmv3n + glu_q8). Otherwise norm_matmul_multi, then glu."""
         T, K = h.shape
         N = w_gate.n
-        if self.glu_fuse and T == 1 and act in ACTIVATIONS and w_up.n == N and N % 32 == 0 and K % 4 == 0 \
+        # (qmv_glu has qmv3n's in-kernel norm: with the norm unfused, verify rows would not match it)
+        if self.glu_fuse and self.norm_fuse and T == 1 and act in ACTIVATIONS and w_up.n == N and N % 32 == 0 and K % 4 == 0 \
                 and w_gate.k == w_up.k == K and norm.shape == (K,) and h.flags.c_contiguous:
             from . import q8
             from .launch import Q8_TYPES
@@ -403,7 +408,7 @@ class CudaOps(Ops):
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)
         nb = [math.ceil(w.n / R) for w, _, _ in parts]
         nb[2] = nb[2] if len(ws) == 3 else 0
-        fused_norm = norm is not None and not q8 and K % 4 == 0 and norm[0].shape == (K,)
+        fused_norm = norm is not None and self.norm_fuse and not q8 and K % 4 == 0 and norm[0].shape == (K,)
         if norm is not None and not fused_norm:
             x = normed()
         if q8:

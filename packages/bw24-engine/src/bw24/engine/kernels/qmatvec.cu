@@ -57,9 +57,6 @@ __device__ __forceinline__ void qmv_group(const GRaw<FMT> (&raw)[R], const float
     }
 }
 
-// rn[t] = rsqrt(mean(h[t]^2) + eps) for t < T into shared memory (rn[W * NT + t]; rn[0 .. W*NT) the warp
-// partials): thread i sums the squares of float4s i, i + 32W, ... in order, a warp butterfly, then the W
-// warp sums in warp order. A function of (W, K) only: a token's scale is the same in any T-row launch.
 // One thread's share of a row's sum of squares: float4s i, i + stride, ... in order (norm_scales, qmv_glu).
 __device__ __forceinline__ float sumsq_share(const float* __restrict__ row, int K, int i, int stride) {
     const float4* v = reinterpret_cast<const float4*>(row);
@@ -71,6 +68,9 @@ __device__ __forceinline__ float sumsq_share(const float* __restrict__ row, int 
     return ss;
 }
 
+// rn[t] = rsqrt(mean(h[t]^2) + eps) for t < T into shared memory (rn[W * NT + t]; rn[0 .. W*NT) the warp
+// partials): thread i sums the squares of float4s i, i + 32W, ... in order, a warp butterfly, then the W
+// warp sums in warp order. A function of (W, K) only: a token's scale is the same in any T-row launch.
 template <int W, int NT>
 __device__ __forceinline__ void norm_scales(const float* __restrict__ h, int K, int T, float eps, float* rn) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -61,3 +61,13 @@ def test_opt_in_variants_keep_their_own_baseline():
     assert plain.baseline == 100.0 and plain.status == "pass"
     assert opt.baseline == 120.0 and opt.status == "fail" and "+attn_q8" in opt.message
     assert check_row(h, row(100.0, opt_in=["norm_epi"])).status == "new"
+
+
+def test_a_float32_cache_row_is_not_the_float16_baseline():
+    """The KV cache is part of the variant: rows of the other cache (or written before rows carried it, which
+    ran float32) never judge a run, so a cache change cannot pass or fail a cell by itself."""
+    h = [row(290.0, kv_dtype="float32")] * 3 + [row(292.0)] * 2
+    assert check_row(h, row(278.0, kv_dtype="float16")).status == "new"
+    assert check_row(h, row(278.0)).baseline == 290.0 and check_row(h, row(278.0)).status == "fail"
+    f16 = check_row(h + [row(280.0, kv_dtype="float16")] * 5, row(278.0, kv_dtype="float16"))
+    assert f16.baseline == 280.0 and f16.status == "pass"

@@ -9,7 +9,7 @@ from bw24.engine.perf.table import BEGIN, END, render_table, write_table
 ROWS = [
     {"device": "NVIDIA H200 sm_90a", "cell": "qwen3-8b-q4_k_m-tg128@d0", "mode": "decode", "decode_tok_s": 400.0,
      "llama_tok_s": 250.0, "ratio": 1.6, "roofline_pct": 44.4, "time": "2026-11-01T00:00:00Z", "git": "aaa1111",
-     "dirty": False, "llama": {"build_commit": "b7000"}},
+     "dirty": False, "kv_dtype": "float16", "llama": {"build_commit": "b7000"}},
     {"device": "NVIDIA H200 sm_90a", "cell": "qwen3-8b-q4_k_m-tg128@d0", "mode": "decode", "decode_tok_s": 512.5,
      "llama_tok_s": 247.0, "ratio": 512.5 / 247.0, "roofline_pct": 56.9, "time": "2026-11-30T00:00:00Z",
      "git": "bbb2222", "dirty": True, "kv_dtype": "float16", "vram_peak_bytes": 5 * 2**30, "llama": {"build_commit": "b7001", "vram_peak_bytes": 6 * 2**30}},
@@ -55,3 +55,13 @@ def test_render_keeps_opt_in_variants_apart():
     t = render_table([plain, opt])
     assert "| 512.5 |" in t and "| 530.0 |" in t
     assert "| f16 +attn_q8 +norm_epi |" in t and "| f16 |" in t
+
+
+def test_render_keeps_kv_caches_apart():
+    """A float32-cache row (and one written before rows carried kv_dtype) is another configuration: its
+    own line, the KV column naming the cache once."""
+    f32 = dict(ROWS[1], decode_tok_s=480.0, kv_dtype="float32")
+    old = {k: v for k, v in ROWS[1].items() if k != "kv_dtype"} | {"decode_tok_s": 470.0}
+    t = render_table([f32, ROWS[1]])
+    assert "| 480.0 |" in t and "| 512.5 |" in t and "| f32 |" in t and "| f16 |" in t and "kv_" not in t
+    assert "| 470.0 |" in render_table([f32, old]) and "| 480.0 |" not in render_table([f32, old])

@@ -28,9 +28,20 @@ class Verdict:
     message: str
 
 
+# rows written before perf rows carried kv_dtype ran the float32 cache, the only one measured until then
+KV_NAMES = {"float32": "f32", "float16": "f16"}
+
+
+def kv_name(row: dict) -> str:
+    return KV_NAMES.get(row.get("kv_dtype", "float32"), "?")
+
+
 def variant(row: dict) -> tuple[str, ...]:
-    """The opt-in paths a row ran with (none for rows written before they existed)."""
-    return tuple(row.get("opt_in") or ())
+    """The opt-in paths a row ran with (none for rows written before they existed), and its KV cache when
+    it is not the default float16 ("kv_f32"): another configuration, with its own baseline (a float32-cache
+    row once failed a float16 run of the 30B-A3B by reading a different cache's speed)."""
+    v = tuple(row.get("opt_in") or ())
+    return v if kv_name(row) == "f16" else (*v, f"kv_{kv_name(row)}")
 
 
 def baseline_of(history: list[dict], device: str, cell: str, key=headline,

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .baseline import headline, variant
+from .baseline import headline, kv_name, variant
 from .errors import TableMarkersError
 
 BEGIN = "<!-- perf-table:begin -->"
 END = "<!-- perf-table:end -->"
 HEADER = ("| cell | bw24 tok/s | llama.cpp tok/s | ratio | % roofline | KV | peak VRAM GiB bw24 / llama.cpp | date "
           "| GPU | commit |\n|---|---|---|---|---|---|---|---|---|---|")
-# rows written before perf rows carried kv_dtype ran the float32 cache, the only one measured until then
-KV_NAMES = {"float32": "f32", "float16": "f16"}
 
 
 def _num(v, fmt: str) -> str:
@@ -37,7 +35,7 @@ def render_table(rows: list[dict], device: str | None = None) -> str:
             commit += f" / llama.cpp {llama['build_commit']}"
         lines.append(f"| {cell} | {_num(headline(r), ',.1f')} | {_num(r.get('llama_tok_s'), ',.1f')} | "
                      f"{_num(r.get('ratio'), '.2f')}{'x' if r.get('ratio') else ''} | "
-                     f"{_num(r.get('roofline_pct'), '.1f')} | {KV_NAMES.get(r.get('kv_dtype', 'float32'), '?')}{''.join(f' +{o}' for o in opt)} | "
+                     f"{_num(r.get('roofline_pct'), '.1f')} | {kv_name(r)}{''.join(f' +{o}' for o in opt if not o.startswith('kv_'))} | "
                      f"{_gib(r.get('vram_peak_bytes'))} / "
                      f"{_gib(llama.get('vram_peak_bytes'))} | {str(r.get('time', '?'))[:10]} | {dev} | {commit} |")
     if len(lines) == 1:

@@ -234,6 +234,11 @@ class _PlanOps:
 
         return CudaOps._verify_plan(self, path, T, R)
 
+    def _multi_plan(self, ws, K):
+        from bw24.engine.ops.cuda.backend import CudaOps
+
+        return CudaOps._multi_plan(self, ws, K)
+
     def _buf(self, key, n, dtype=np.float32, zeroed=False):
         return np.zeros(max(n, 1), dtype).view(self.dev)
 

@@ -102,12 +102,13 @@ class CudaOps(Ops):
     # 0.6B at 593 vs 1095, since every split block evaluated double pow / cos / sin for its G q heads on
     # the H200's FP64 units. The angles now come from norm.rope_table (as rope_kv's do); not yet re-measured.
     rope_attn = os.environ.get("BW24_ROPE_ATTN", "0") == "1"
-
     # Attention's pass 2 inside attn_split's last split block (ops/cuda/attn.py fuse_combine: one
     # attn_combine launch per layer fewer, the same bits), now with the output's int8 quantization too.
     # The tuning table leaves it off (tune_attention at ddfc1fd timed it eagerly, before PDL and graphs of
     # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
     # "no_attn_fuse"), to be measured in the decode cells.
+    attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
+    attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi): on by default since it was written (after 0d45897), not yet measured; BW24_NORM_FUSE=0
     # runs rmsnorm + qmv3 instead (perf rows then record "no_norm_fuse"), for the A/B of the next GPU run.
@@ -116,8 +117,6 @@ class CudaOps(Ops):
     # in one qmv_glu launch instead of qmv3n + glu_q8, where the gate/up matvec runs one-warp rows on fp32
     # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in until measured.
     glu_fuse = os.environ.get("BW24_GLU_FUSE", "0") == "1"
-    attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
-    attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -344,6 +343,14 @@ class CudaOps(Ops):
             return
         self._gemm(w, x, out, bias, residual, softcap)
 
+    def _multi_plan(self, ws, K: int) -> tuple[bool, int, int]:
+        """(q8, W, R) of a Q/K/V or gate/up launch: the first weight's config at the stacked shape, on the
+        q8 path only when every weight's format has a q8 kernel (else all on the f32 path)."""
+        from .launch import Q8_TYPES
+
+        path, W, R = self.qmv_configs.plan(ws[0].qtype, sum(w.n for w in ws), K)
+        return path == "q8" and all(w.qtype.name in Q8_TYPES for w in ws), W, R
+
     def ffn_glu(self, h, norm, eps: float, w_gate, w_up, act, *, x, g, u):
         """Decode rows (T = 1) with glu_fuse on, when the gate/up matvec would run one-warp rows (W = 1) on
         fp32 activations: one qmv_glu launch (the norm, both matvecs, act(g) * u and g's int8 rows, the
@@ -354,11 +361,9 @@ class CudaOps(Ops):
         if self.glu_fuse and self.norm_fuse and T == 1 and act in ACTIVATIONS and w_up.n == N and N % 32 == 0 and K % 4 == 0 \
                 and w_gate.k == w_up.k == K and norm.shape == (K,) and h.flags.c_contiguous:
             from . import q8
-            from .launch import Q8_TYPES
 
-            path, W, _ = self.qmv_configs.plan(w_gate.qtype, 2 * N, K)  # matmul_multi's config for the pair
-            if W == 1 and not (path == "q8" and all(w.qtype.name in Q8_TYPES for w in (w_gate, w_up))) \
-                    and q8.fusable(g):
+            on_q8, W, _ = self._multi_plan((w_gate, w_up), K)  # matmul_multi's config for the pair
+            if W == 1 and not on_q8 and q8.fusable(g):
                 xq, xs = q8.buffers(self, 1, N)
                 self._launch(self._k("qmatvec.cu", f"qmv_glu<{w_gate.fmt},{w_up.fmt}>"), (N // 32,), 128,
                              (h, norm, np.float32(eps), _i32(K), _i32(N), *w_gate.args(), *w_up.args(),
@@ -385,23 +390,17 @@ class CudaOps(Ops):
 
         T, K = x.shape
         biases = list(biases) if biases is not None else [None] * len(ws)
+        assert x.flags.c_contiguous and x.dtype == np.float32
+        for w, o in zip(ws, outs, strict=True):
+            assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
         if T > QMV_NT[-1] and all(w.k == K for w in ws):  # prefill: x converted once per class
             from .prefill import gemm_multi
 
-            assert x.flags.c_contiguous and x.dtype == np.float32
-            for w, o in zip(ws, outs, strict=True):
-                assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
             gemm_multi(self, ws, x, outs, biases, norm=None if norm is None else norm[:2])  # the norm in x_to_half
             return
         if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
             return super().matmul_multi(ws, normed() if norm else x, outs=outs, biases=biases)
-        assert x.flags.c_contiguous and x.dtype == np.float32
-        for w, o in zip(ws, outs, strict=True):
-            assert o.shape == (T, w.n) and o.flags.c_contiguous, f"matmul_multi: out {o.shape} for W {w.shape}"
-        path, W, R = self.qmv_configs.plan(ws[0].qtype, sum(w.n for w in ws), K)
-        from .launch import Q8_TYPES
-
-        q8 = path == "q8" and all(w.qtype.name in Q8_TYPES for w in ws)  # else all on the f32 path
+        q8, W, R = self._multi_plan(ws, K)
         nt, R = self._verify_plan("q8" if q8 else "f32", T, R)
         parts = list(zip(ws, outs, biases, strict=True))
         if len(parts) == 2:

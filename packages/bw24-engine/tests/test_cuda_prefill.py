@@ -269,9 +269,9 @@ def test_gpu_prefill_cases_green_and_planted_bugs_red():
 def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     """prefill.gemm_multi (Q/K/V, gate/up in prefill): one conversion of x per (q8, split) class of the
     weights, in the order the classes first appear, and each weight's GEMM gets its own class's conversion,
-    its own output and bias (gemm without xs converts with the same convert_x / x_class, so the bits match)."""
+    its own output and bias (gemm converts with the same to_half / x_class, so the bits match)."""
     conv, calls = [], []
-    monkeypatch.setattr(prefill, "convert_x", lambda ops, x, q8, split, norm=None: conv.append((q8, split)) or
+    monkeypatch.setattr(prefill, "to_half", lambda ops, x, split, q8=False, norm=None: conv.append((q8, split)) or
                         ("xs", q8, split))
     monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, parts, T, xs, split: calls.append(
         ([(w.name, o, b) for w, r0, n, o, b, res, sc in parts if (r0, n, res, sc) == (0, w.n, None, 0.0)], T, xs,

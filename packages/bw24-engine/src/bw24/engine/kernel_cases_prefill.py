@@ -15,29 +15,16 @@ from .kernel_check import compare
 from .ops.cuda.repack import SUPPORTED
 
 
-def scratch_rows_case(case: Case, rows: int | None) -> Case:
-    """A case with the prefill weight scratch cut to `rows` rows of the K = 768 / 544 test weights in split
-    halves (None: as configured), so stacked GEMMs walk several row chunks."""
-    def run(name, ref, cu, rng):
+def budget_case(case: Case, module: str, name: str, value: int) -> Case:
+    """A case run with ops.cuda.<module>.<name> = value: a scratch budget cut so the work walks several
+    chunks (prefill.PREFILL_SCRATCH: stacked GEMM row chunks; moe_prefill.MOE_SCRATCH: expert chunks)."""
+    def run(case_name, ref, cu, rng):
+        from importlib import import_module
+
         from .kernel_check import setting
-        from .ops.cuda import prefill
 
-        if rows is None:
-            return case(name, ref, cu, rng)
-        with setting(prefill, "PREFILL_SCRATCH", rows * 768 * 2 * 2):
-            return case(name, ref, cu, rng)
-    return run
-
-
-def moe_chunks_case(case: Case, experts: int) -> Case:
-    """A MoE prefill case with the expert weight scratch cut to `experts` experts (K-quant test shapes: 256 x
-    256, split halves), so the used experts run in many chunks of unequal padding (ops/cuda/moe_prefill.py)."""
-    def run(name, ref, cu, rng):
-        from .kernel_check import setting
-        from .ops.cuda import moe_prefill
-
-        with setting(moe_prefill, "MOE_SCRATCH", experts * 256 * 256 * 2 * 2):
-            return case(name, ref, cu, rng)
+        with setting(import_module(f".ops.cuda.{module}", __package__), name, value):
+            return case(case_name, ref, cu, rng)
     return run
 
 
@@ -128,11 +115,13 @@ def cases() -> Iterator[tuple[str, Case]]:
     for qts, T, bias, rows in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, True, None), ((Q.Q8_0, Q.Q8_0, Q.Q8_0), 100, False, 128),
                                ((Q.Q4_K, Q.Q6_K), 33, False, 128), ((Q.Q5_0, Q.Q4_1, Q.Q8_0), 17, True, 128)):
         yield f"prefill matmul_multi {'+'.join(q.name for q in qts)} T={T}{' +bias' if bias else ''}" \
-              f"{f' {rows}-row chunks' if rows else ''}", scratch_rows_case(matmul_multi_case(qts, T, bias), rows)
+              f"{f' {rows}-row chunks' if rows else ''}", matmul_multi_case(qts, T, bias) if rows is None else \
+            budget_case(matmul_multi_case(qts, T, bias), "prefill", "PREFILL_SCRATCH", rows * 768 * 2 * 2)
     for qt, T, X, k, norm, res in ((Q.Q4_K, 40, 16, 4, True, True), (Q.Q8_0, 100, 128, 8, True, True),
                                    (Q.Q6_K, 17, 8, 2, False, False), (Q.Q4_0, 64, 60, 6, True, True),
                                    (Q.F32, 33, 12, 3, True, False)):
         yield f"prefill moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
             moe_case(qt, T, X, k, norm, res)
-    yield "prefill moe Q4_K  T=64 X=32 k=4 norm +res, 3 experts a chunk", moe_chunks_case(moe_case(Q.Q4_K, 64, 32, 4,
-                                                                                                 True, True), 3)
+    # 3 experts of the K-quant test shapes (256 x 256, split halves) a chunk: many chunks of unequal padding
+    yield "prefill moe Q4_K  T=64 X=32 k=4 norm +res, 3 experts a chunk", \
+        budget_case(moe_case(Q.Q4_K, 64, 32, 4, True, True), "moe_prefill", "MOE_SCRATCH", 3 * 256 * 256 * 2 * 2)

@@ -138,16 +138,11 @@ def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int 
 
 
 def x_class(ops, w, n: int | None = None) -> tuple[bool, bool]:
-    """(q8, split): how a prefill GEMM of weight w reads x (rounded to the int8 grid first? fp16 halves
-    hi + lo?); weights of one class read the same converted x."""
+    """(q8, split): how a prefill GEMM of weight w reads x (rounded to the int8 grid first: this weight
+    decodes on int8 activations, so prefill sees the same values; fp16 halves hi + lo?); weights of one
+    class read the same to_half conversion of x."""
     q8 = n is None and ops.qmv_configs.plan(w.qtype, w.n, w.k)[0] == "q8"
     return q8, is_split(ops, q8)
-
-
-def convert_x(ops, x, q8: bool, split: bool, norm=None):
-    """x [T, K] as a GEMM of class (q8, split) reads it: (xh, xl or None, sx) in the shared scratch; q8: this
-    weight decodes on int8 activations, so prefill sees the same rounded values; norm: x = rmsnorm(x)."""
-    return to_half(ops, x, split, q8, norm)
 
 
 def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | None = None) -> None:
@@ -155,7 +150,7 @@ def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | Non
     row0 / n, W is rows [row0, row0 + n) of w (one expert of a stacked [X*N, K] weight)."""
     q8, split = x_class(ops, w, n)
     stacked_gemm(ops, [(w, row0, w.n if n is None else n, out, bias, residual, softcap)], x.shape[0],
-                 convert_x(ops, x, q8, split), split)
+                 to_half(ops, x, split, q8), split)
 
 
 def gemm_multi(ops, ws, x, outs, biases, norm=None) -> None:
@@ -170,7 +165,7 @@ def gemm_multi(ops, ws, x, outs, biases, norm=None) -> None:
         groups.setdefault(x_class(ops, w), []).append((w, 0, w.n, o, b, None, 0.0))
     for (q8, split), parts in groups.items():
         # shared scratch: the class's GEMMs are queued before the next class converts x
-        stacked_gemm(ops, parts, x.shape[0], convert_x(ops, x, q8, split, norm), split)
+        stacked_gemm(ops, parts, x.shape[0], to_half(ops, x, split, q8, norm), split)
 
 
 def stacked_gemm(ops, parts, T: int, xs, split: bool) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
 from .kernel_cases import Case, _dev, _k_for, _weight, attention_case, matmul_multi_case, moe_case
-from .kernel_check import compare
+from .kernel_check import compare, setting
 from .ops.cuda.repack import SUPPORTED
 
 
@@ -20,8 +20,6 @@ def budget_case(case: Case, module: str, name: str, value: int) -> Case:
     chunks (prefill.PREFILL_SCRATCH: stacked GEMM row chunks; moe_prefill.MOE_SCRATCH: expert chunks)."""
     def run(case_name, ref, cu, rng):
         from importlib import import_module
-
-        from .kernel_check import setting
 
         with setting(import_module(f".ops.cuda.{module}", __package__), name, value):
             return case(case_name, ref, cu, rng)
@@ -53,16 +51,12 @@ def gemm_case(qt, T: int, bias: bool, residual: bool, softcap: float = 0.0, prec
         if softcap:
             want = (softcap * np.tanh(want.astype(np.float64) / softcap)).astype(np.float32)
         out = _dev(cu, r) if residual else cu.zeros((T, n))
-        old_p, old_s = cu.prefill_precision, prefill.PREFILL_SCRATCH
-        cu.prefill_precision = precision
-        prefill.PREFILL_SCRATCH = scratch or old_s
-        try:
+        with setting(cu, "prefill_precision", precision), \
+                setting(prefill, "PREFILL_SCRATCH", scratch or prefill.PREFILL_SCRATCH):
             cu.matmul(cu.load_weight(ti), _dev(cu, x), out=out, bias=None if b is None else _dev(cu, b),
                       residual=out if residual else None, softcap=softcap)  # residual aliases out
             got = cu.to_host(out)
             split = prefill.is_split(cu, default_path(qt.name, n, kk) == "q8")
-        finally:
-            cu.prefill_precision, prefill.PREFILL_SCRATCH = old_p, old_s
         return compare(name, "matmul" if split else "gemm16", got, want)
     return run
 

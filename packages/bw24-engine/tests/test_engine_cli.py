@@ -12,7 +12,7 @@ import pytest
 from bw24.engine.cli import main
 from bw24.engine.ops.ref import RefOps
 
-GATE = re.compile(r"^verify-prefill argmax=(\d+)  decode argmax=(\d+)  logit maxdiff=(\S+)(?:  int8-activation .*)?  (MATCH|MISMATCH)")
+GATE = re.compile(r"^verify-prefill argmax=(\d+)  decode argmax=(\d+)  logit maxdiff=(\S+)(?:  \S+ nmse: .*)?  (MATCH|MISMATCH)")
 SPEED = re.compile(r"^generated (\d+) tokens in [\d.]+ s = [\d.]+ tok/s \(prefill [\d.]+ tok/s\)$")
 Q = ["--chat", "--prompt", "What is the capital of France?", "--backend", "cpu", "--no-progress"]
 

@@ -31,8 +31,8 @@ def tiny(tmp_path_factory, helpers):
 def test_int8_backend_passes_with_its_drift_reported(tiny):
     ops = Int8RefOps(_wide)
     r = tiny(ops)
-    assert ops.rounded > 0 and r.q8 is not None
-    p, d = r.q8
+    assert ops.rounded > 0 and r.rounded is not None
+    p, d = r.rounded
     assert 0 < p.nmse <= p.bound and 0 < d.nmse <= d.bound  # rounding really happened, within class
     assert r.maxdiff < 1e-4 and r.ok and "int8-activation nmse" in r.line() and r.line().endswith("MATCH")
 
@@ -40,13 +40,13 @@ def test_int8_backend_passes_with_its_drift_reported(tiny):
 def test_canary_int8_decode_dropping_a_group_fails_the_gate(tiny):
     r = tiny(DropLastGroupInDecode(_wide))
     assert r.maxdiff < 1e-4  # the exact half is untouched by the bug ...
-    assert not r.q8[1].ok and r.q8[0].ok  # ... the int8 decode is caught, the int8 prefill is fine
+    assert not r.rounded[1].ok and r.rounded[0].ok  # ... the int8 decode is caught, the int8 prefill is fine
     assert not r.ok and r.line().endswith("MISMATCH")
 
 
 def test_exact_backend_has_no_int8_half(tiny):
     r = tiny(RefOps())
-    assert r.q8 is None and r.ok and "int8" not in r.line()
+    assert r.rounded is None and r.ok and "int8" not in r.line()
 
 
 def test_cuda_policy_rounds_the_wide_and_vocabulary_matmuls():
@@ -58,3 +58,44 @@ def test_cuda_policy_rounds_the_wide_and_vocabulary_matmuls():
     w = lambda q, n, k: SimpleNamespace(qtype=q, data=np.zeros((n, k), np.float32))  # noqa: E731
     assert cuda_policy(w(Q.Q4_K, 64, 2048), 2048) and cuda_policy(w(Q.Q6_K, 151936, 64), 64)
     assert not cuda_policy(w(Q.Q4_K, 64, 1024), 1024) and not cuda_policy(w(Q.F32, 64, 4096), 4096)
+
+
+# ---- a float16 KV cache (cuda's default): the exact half on a float32 cache, the f16 run as a Drift ----
+
+class HalfCacheRef(RefOps):
+    kv_dtype = np.float16
+
+
+class HalfCacheBrokenDecode(HalfCacheRef):
+    """The canary: a decode step (T = 1) whose float16 store skips the first kv head's key and value (as a
+    half-precision store kernel with a wrong head offset would); a float32 cache is stored correctly."""
+
+    def rope_kv(self, q, k, v, pos, k_cache, v_cache, **kw):
+        super().rope_kv(q, k, v, pos, k_cache, v_cache, **kw)
+        if q.shape[0] == 1 and k_cache.dtype == np.float16:
+            k_cache[0, int(pos[0])] = v_cache[0, int(pos[0])] = 0
+
+
+def test_half_cache_backend_gates_on_a_float32_cache_and_reports_its_drift(tiny):
+    r = tiny(HalfCacheRef())
+    assert r.rounded is not None and r.rounded_by == "float16-KV"
+    p, d = r.rounded
+    assert 0 < p.nmse <= p.bound and 0 < d.nmse <= d.bound  # the cache really rounded, within class
+    assert r.maxdiff < 1e-4  # the exact half ran on a float32 cache (float16 keys would differ ~1e-3)
+    assert r.ok and "float16-KV nmse" in r.line() and r.line().endswith("MATCH")
+
+
+def test_half_cache_gate_leaves_the_models_cache_in_place(tmp_path, helpers):
+    path = helpers.write_tiny_gguf(tmp_path / "t.gguf", "qwen3", n_layer=2)
+    ops = HalfCacheRef()
+    eng = Engine(helpers.build_model(path, ops=ops), None, None, path, ops)
+    kv = eng.model.kv
+    eng.verify_prefill(list(range(3, 20)))
+    assert eng.model.kv is kv and kv.dtype == np.float16 and kv.n_past == 17
+
+
+def test_canary_half_cache_decode_storing_a_wrong_key_fails_the_gate(tiny):
+    r = tiny(HalfCacheBrokenDecode())
+    assert r.maxdiff < 1e-4  # the float32 exact half never runs the broken float16 store ...
+    assert not r.rounded[1].ok and r.rounded[0].ok  # ... the float16 decode is caught, its prefill is fine
+    assert not r.ok and r.line().endswith("MISMATCH")

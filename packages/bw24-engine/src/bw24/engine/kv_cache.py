@@ -36,14 +36,25 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class KVCache:
-    def __init__(self, ops: Ops, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int):
+    def __init__(self, ops: Ops, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int,
+                 dtype: type | None = None):
         self.ops, self.n_ctx = ops, n_ctx
-        dt = getattr(ops, "kv_dtype", np.float32)  # cuda: float16 unless BW24_KV_DTYPE=f32; Engine.load(kv_dtype=)
+        # None: the backend's element (cuda float16 unless BW24_KV_DTYPE=f32; Engine.load(kv_dtype=))
+        dt = getattr(ops, "kv_dtype", np.float32) if dtype is None else dtype
         self.k = [ops.zeros((n_head_kv, n_ctx, head_dim), dt) for _ in range(n_layer)]  # [Hkv, S, D]
         self.v = [ops.zeros((n_head_kv, n_ctx, head_dim_v), dt) for _ in range(n_layer)]  # [Hkv, S, Dv]
         self.pos = ops.zeros((1,), np.int32)
         self.n_past = 0
         self.epoch = 0
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.k[0].dtype)
+
+    def like(self, n_ctx: int, dtype: type) -> KVCache:
+        """An empty cache of this one's layers and head shapes, n_ctx positions of `dtype`."""
+        (hkv, _, d), dv = self.k[0].shape, self.v[0].shape[2]
+        return KVCache(self.ops, len(self.k), hkv, d, dv, n_ctx, dtype)
 
     @property
     def nbytes(self) -> int:

@@ -169,3 +169,23 @@ def test_attn_gemm_env_is_checked(monkeypatch):
     monkeypatch.setattr(CudaOps, "attn_gemm_env", "yes")
     with pytest.raises(ValueError, match="BW24_ATTN_GEMM='yes'"):
         CudaOps()
+
+
+def test_prefill_attention_dispatch_mma(monkeypatch):
+    """BW24_ATTN_MMA=1: a float16 cache at a compiled head dim (64, 128) takes the tensor-core flash kernel
+    (ops/cuda/attn_mma.py) before the GEMM rule; a float32 cache or another head dim (gemma3's 256) does not."""
+    from bw24.engine.ops.cuda import attn_mma, prefill
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    seen = []
+    monkeypatch.setattr(attn_mma, "attention", lambda *a, **kw: seen.append("mma"))
+    monkeypatch.setattr(attn_gemm, "attention", lambda *a, **kw: seen.append("gemm"))
+    monkeypatch.setattr(prefill, "attention", lambda *a, **kw: seen.append("flash"))
+    ops = CudaOps.__new__(CudaOps)
+    ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto, ops.attn_mma = "1", True, False, True
+    for D, dtype in ((128, np.float16), (64, np.float16), (128, np.float32), (256, np.float16), (96, np.float16)):
+        q, kc = np.zeros((512, 32, D), np.float32), np.zeros((8, 4096, D), dtype)
+        ops._attention_prefill(q, kc, kc, None, scale=1.0, softcap=None, window=None, out=None, n_keys=512)
+    assert seen == ["mma", "mma", "flash", "gemm", "gemm"]
+    assert "attn_mma" in ops.opt_in()
+    assert attn_mma.instances() == ("attn_mma<64,64>", "attn_mma<128,128>")

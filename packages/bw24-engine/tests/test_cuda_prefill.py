@@ -240,6 +240,7 @@ def test_moe_prefill_chunks_bound_experts_and_padded_rows(monkeypatch):
 
 @pytest.mark.parametrize("f,names", [("prefill_gemm.cu", ("dequant_rows_h<7>", "x_to_half", "gemm_epilogue")),
                                      ("attention_prefill.cu", ("attn_prefill<64,64,3,8>",)),
+                                     ("attention_mma.cu", ("attn_mma<128,128>",)),
                                      ("qmatvec_q8.cu", ("qmv8<7,4,4,5>", "qmv8_3<7,7,9,4,4,5>"))])
 def test_planted_bug_variants_compile(f, names, tmp_path, monkeypatch):
     """kernel_check --variant planted_bug compiles these files with BW24_PLANTED_BUG (its canaries)."""
@@ -253,7 +254,8 @@ def test_planted_bug_variants_compile(f, names, tmp_path, monkeypatch):
 
 def test_gpu_prefill_cases_green_and_planted_bugs_red():
     """On a GPU: every prefill kernel_check case passes, and the planted bugs (a dropped weight group in
-    dequant_rows_h, a dropped key per tile in attn_prefill) turn their cases red."""
+    dequant_rows_h, a dropped key per tile in attn_prefill, 16 dropped keys per tile in attn_mma) turn their
+    cases red."""
     from bw24.engine.kernel_check import main
     from bw24.runtime import has_gpu, no_gpu_reason
 
@@ -261,7 +263,8 @@ def test_gpu_prefill_cases_green_and_planted_bugs_red():
         pytest.skip(f"no CUDA GPU: {no_gpu_reason()}")
     lines: list[str] = []
     assert main(seed=11, only="prefill", out=lines.append) == 0, "\n".join(lines)
-    for only in ("prefill gemm Q4_K N=333 K=768 T=100", "prefill attention D=128 G=4 T=300"):
+    for only in ("prefill gemm Q4_K N=333 K=768 T=100", "prefill attention D=128 G=4 T=300",
+                 "prefill attention mma D=128 G=4 T=300"):
         bad: list[str] = []
         assert main(seed=11, variant="planted_bug", only=only, out=bad.append) == 1, "\n".join(bad)
 
@@ -362,3 +365,24 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
     for (w, r0, n, o, b, _, _) in parts:
         dense = w.data[r0:r0 + n].astype(np.float16).astype(np.float32)
         np.testing.assert_allclose(o, x.astype(np.float32) @ dense.T + (0 if b is None else b), rtol=1e-5, atol=1e-4)
+
+
+def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
+    """BW24_PREFILL sets CudaOps.prefill_precision (a bad value is a clear error naming the variable); perf
+    rows record fp16 / split; the gate's exact half runs split products and reports no fp16 rounding, the
+    backend's own forwards report it (engine.verify_prefill's rounded half)."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    monkeypatch.setattr(CudaOps, "prefill_env", "fp32")
+    with pytest.raises(ValueError, match="BW24_PREFILL='fp32'"):
+        CudaOps()
+    ops = CudaOps.__new__(CudaOps)
+    ops.prefill_env = ops.prefill_precision = "fp16"
+    ops.qmv_configs, ops.quantizes_activations = SimpleNamespace(force_path=None), True
+    assert "prefill_fp16" in ops.opt_in() and "prefill_split" not in ops.opt_in()
+    assert ops.rounded_paths() == ["int8-activation", "fp16-prefill"]
+    with ops.exact_activations():
+        assert (ops.prefill_precision, ops.qmv_configs.force_path) == ("split", "f32")
+        assert prefill.is_split(ops, q8=False) and prefill.is_split(ops, q8=True)
+    assert (ops.prefill_precision, ops.qmv_configs.force_path) == ("fp16", None)
+    assert not prefill.is_split(ops, q8=False)  # an MoE model's experts: one fp16 GEMM a product

@@ -6,6 +6,8 @@ real backend runs the same gate on the GPU (test_cuda_gpu.py, `bw24 run-gen --ba
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from bw24.engine.engine import Engine
@@ -98,4 +100,50 @@ def test_canary_half_cache_decode_storing_a_wrong_key_fails_the_gate(tiny):
     r = tiny(HalfCacheBrokenDecode())
     assert r.maxdiff < 1e-4  # the float32 exact half never runs the broken float16 store ...
     assert not r.rounded[1].ok and r.rounded[0].ok  # ... the float16 decode is caught, its prefill is fine
+    assert not r.ok and r.line().endswith("MISMATCH")
+
+
+# ---- fp16 prefill products (cuda's BW24_PREFILL=fp16): the rounded half holds them ------------------------
+
+class Fp16PrefillRef(RefOps):
+    """The reference whose prefill matmuls (T > 1) take float16 x and W, as cuda's fp16 GEMMs do, except
+    inside exact_activations (the cuda backend switches to split products there); rotten: a prefill
+    that also drops W's last 16 columns (a wrong chunk width), the canary."""
+
+    def __init__(self, rotten: bool = False) -> None:
+        super().__init__()
+        self.exact, self.rotten = False, rotten
+
+    @contextmanager
+    def exact_activations(self):
+        old, self.exact = self.exact, True
+        try:
+            yield
+        finally:
+            self.exact = old
+
+    def rounded_paths(self) -> list[str]:
+        return ["fp16-prefill"]
+
+    def matmul(self, w, x, *, out, bias=None, residual=None):
+        if self.exact or x.shape[0] == 1 or w.data.ndim != 2:
+            return super().matmul(w, x, out=out, bias=bias, residual=residual)
+        wd = w.data.astype(np.float16).astype(np.float32)
+        if self.rotten:
+            wd[:, -16:] = 0
+        y = x.astype(np.float16).astype(np.float32) @ wd.T
+        out[...] = y + (0 if bias is None else bias) + (0 if residual is None else residual)
+
+
+def test_fp16_prefill_is_the_rounded_half(tiny):
+    r = tiny(Fp16PrefillRef())
+    assert r.rounded_by == "fp16-prefill" and r.maxdiff < 1e-4  # the exact half: no fp16 products
+    p, d = r.rounded
+    assert 0 < p.nmse <= p.bound and d.nmse == 0  # prefill rounded within class; decode is exact
+    assert r.ok and r.line().endswith("MATCH")
+
+
+def test_canary_fp16_prefill_dropping_columns_fails_the_gate(tiny):
+    r = tiny(Fp16PrefillRef(rotten=True))
+    assert r.maxdiff < 1e-4 and not r.rounded[0].ok and r.rounded[1].ok
     assert not r.ok and r.line().endswith("MISMATCH")

@@ -67,8 +67,8 @@ class Drift:
 class VerifyResult:
     """Last-position logits of one batched prefill vs token-by-token decode of the same prompt, with
     exact activations and a float32 KV cache; where the backend runs rounded (int8 activations on cuda's
-    q8 path, a float16 cache), also the rounded prefill and decode vs that exact decode (`rounded`:
-    (prefill drift, decode drift); `rounded_by` names what rounds)."""
+    q8 path, fp16 prefill products, a float16 cache), also the rounded prefill and decode vs that exact
+    decode (`rounded`: (prefill drift, decode drift); `rounded_by` names what rounds)."""
 
     prefill_argmax: int
     decode_argmax: int
@@ -187,7 +187,7 @@ class Engine:
         with self.ops.exact_activations(), self._exact_cache(len(ids)):
             a, b = self._last_logits(ids, True), self._last_logits(ids, False)
         pa, pb = int(np.argmax(a)), int(np.argmax(b))
-        by = "+".join(([] if not self.ops.quantizes_activations else ["int8-activation"])
+        by = "+".join(self.ops.rounded_paths()
                       + ([] if self.model.kv.dtype == np.float32 else [f"{self.model.kv.dtype.name}-KV"]))
         rounded = None
         if by:

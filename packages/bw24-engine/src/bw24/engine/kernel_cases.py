@@ -161,15 +161,17 @@ def rope_table_case(rope_dim: int, base: float, freq_scale: float, n_pos: int) -
     return run
 
 
-def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget: int = 0) -> Case:
+def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget: int = 0,
+                   mma: bool = False) -> Case:
     """cu.attention (decode split-K for T <= 16, flash prefill above) vs the reference; half: the KV
     cache in float16 (the reference reads the same rounded values); gemm_budget > 0: the GEMM prefill
     attention (ops/cuda/attn_gemm.py, a float16 cache) with that many bytes of score scratch per chunk
-    (small ones force several query chunks), which must have run (its scratch exists)."""
+    (small ones force several query chunks), which must have run (its scratch exists); mma: the tensor-core
+    flash kernel (ops/cuda/attn_mma.py, a float16 cache; float16 q and probabilities: the gemm16 class)."""
     from contextlib import ExitStack
 
     from .kernel_check import setting
-    from .ops.cuda import attn_gemm
+    from .ops.cuda import attn_gemm, attn_mma
 
     def run(name, ref, cu, rng):
         Hkv = 2
@@ -177,13 +179,16 @@ def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget
         q = rng.standard_normal((T, H, D)).astype(np.float32)
         kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
         vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
-        (kd, vd), (kc, vc) = kernel_cases_attn.half_cache(kc, vc, half or bool(gemm_budget))
+        (kd, vd), (kc, vc) = kernel_cases_attn.half_cache(kc, vc, half or bool(gemm_budget) or mma)
         pos = np.array([p0], np.int32)
         scale = D ** -0.5
         want = np.empty((T, H, D), np.float32)
         ref.attention(q, kc, vc, pos, scale=scale, softcap=softcap, window=window, out=want)
         out = cu.zeros((T, H, D))
+        if mma and not attn_mma.usable(q, kd, vd):
+            return Result(name + " (not usable: would fall back)", "gemm16", float("inf"), float("inf"))
         with ExitStack() as on:
+            on.enter_context(setting(cu, "attn_mma", mma))  # off for every other case, whatever BW24_ATTN_MMA says
             if gemm_budget:
                 cu._scratch.pop("ag_s", None)
                 on.enter_context(setting(cu, "attn_gemm", True))
@@ -195,7 +200,7 @@ def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget
                          window=window, out=out, n_keys=p0 + T)
         if gemm_budget and "ag_s" not in cu._scratch:
             return Result(name + " (did not run: fell back)", "attention", float("inf"), float("inf"))
-        return compare(name, "attention", cu.to_host(out), want)
+        return compare(name, "gemm16" if mma else "attention", cu.to_host(out), want)
     return run
 
 

@@ -104,6 +104,15 @@ def cases() -> Iterator[tuple[str, Case]]:
         tag = f"prefill attention gemm D={D} G={G} T={T} pos={p0} scratch={budget >> 10} KiB"
         tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
         yield tag, attention_case(D, G, T, p0, window, softcap, gemm_budget=budget)
+    for D, G, T, p0, window, softcap in (  # the tensor-core flash kernel (BW24_ATTN_MMA): rows not a multiple
+        (128, 4, 300, 200, None, None), (128, 2, 129, 0, None, None),  # of the 64-row block, 64-key tiles
+        (128, 8, 64, 0, None, 30.0), (128, 1, 17, 5, None, None),    # straddling causal and window edges
+        (128, 6, 33, 500, 100, None), (128, 4, 700, 0, None, None), (64, 7, 77, 64, 32, None),
+        (64, 3, 17, 0, None, None), (64, 5, 40, 1000, 257, None), (64, 3, 300, 4000, None, None),
+    ):
+        tag = f"prefill attention mma D={D} G={G} T={T} pos={p0}"
+        tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
+        yield tag, attention_case(D, G, T, p0, window, softcap, mma=True)
     # Q/K/V-style prefill (prefill.gemm_multi: one conversion of x, the weights stacked into one GEMM; row
     # chunks of 128 rows straddle the 301 / 77 / 45-row weights when the scratch is cut)
     for qts, T, bias, rows in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, True, None), ((Q.Q8_0, Q.Q8_0, Q.Q8_0), 100, False, 128),

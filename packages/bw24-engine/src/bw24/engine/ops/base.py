@@ -54,6 +54,11 @@ class Ops(ABC):
         """A context in which every op keeps fp32 activations (a no-op where none rounds them)."""
         return nullcontext()
 
+    def rounded_paths(self) -> list[str]:
+        """What the backend's own forwards round beyond fp32 (outside exact_activations), by name: the gate
+        checks those forwards as its rounded half (engine.Drift). The KV cache's element is the engine's."""
+        return ["int8-activation"] if self.quantizes_activations else []
+
     # ---- memory -------------------------------------------------------------------------------
     @abstractmethod
     def empty(self, shape: tuple[int, ...], dtype=np.float32) -> Any: ...

@@ -21,7 +21,7 @@ from . import attn as _attn
 from . import norm as _norm
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel
 from .launch import QMV_SPACE, QmvConfigs
-from .prefill import PREFILL_SCRATCH  # bytes of fp16 weight per prefill GEMM chunk (memory.plan)
+from .prefill import PRECISIONS, PREFILL_SCRATCH  # PREFILL_SCRATCH: fp16 weight bytes a chunk (memory.plan)
 from .repack import UnsupportedWeightError
 from .weights import NULL, QWeight, upload_weight
 
@@ -57,13 +57,19 @@ class CudaOps(Ops):
 
     @contextmanager
     def exact_activations(self):
-        """Every matvec on the fp32-activation path and no int8 rounding of x in prefill (the gate's exact
-        half); eager calls only: a graph captured inside keeps the paths it was captured with."""
-        old, self.qmv_configs.force_path = self.qmv_configs.force_path, "f32"
+        """Every matvec on the fp32-activation path, no int8 rounding of x in prefill and split (fp32-like)
+        prefill products (the gate's exact half); eager calls only: a graph captured inside keeps the paths
+        it was captured with."""
+        old = self.qmv_configs.force_path, self.prefill_precision
+        self.qmv_configs.force_path, self.prefill_precision = "f32", "split"
         try:
             yield
         finally:
-            self.qmv_configs.force_path = old
+            self.qmv_configs.force_path, self.prefill_precision = old
+
+    def rounded_paths(self) -> list[str]:
+        names = ["int8-activation"] if self.quantizes_activations else []
+        return names + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
     # Speculative verify: are batched rows (T <= 16) bit-identical to decode steps? A measured claim,
     # never assumed: `benchmarks/spec_bench.py OUT --cells exact` checks it on the device (re-run after
     # any matvec/attention/norm kernel change). Measured YES on the H200 at 4a5c2e7 (smollm2, T = 2..16,
@@ -96,37 +102,54 @@ class CudaOps(Ops):
     attn_gemm_env = os.environ.get("BW24_ATTN_GEMM", "auto")
     attn_gemm = attn_gemm_env == "1"  # every chunk (kernel_check's GEMM cases set it)
     attn_gemm_auto = attn_gemm_env not in ("0", "1")
+    # Prefill attention from a float16 cache in one tensor-core flash kernel (ops/cuda/attn_mma.py,
+    # kernels/attention_mma.cu: float16 q and probabilities, float32 sums), in place of both the flash
+    # CUDA-core kernel (6.8 of the 0.6B's 13.4 ms of pp512 kernel time at ca80b31) and the GEMM path.
+    # BW24_ATTN_MMA=1 turns it on (perf rows record "attn_mma"); opt-in until measured on the H200.
+    attn_mma = os.environ.get("BW24_ATTN_MMA", "0") == "1"
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
     # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
     # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
     # 0.6B at 593 vs 1095, since every split block evaluated double pow / cos / sin for its G q heads on
-    # the H200's FP64 units. The angles now come from norm.rope_table (as rope_kv's do); not yet re-measured.
+    # the H200's FP64 units. The angles now come from norm.rope_table (as rope_kv's do): at ca80b31 still
+    # slower, the 8B 441.0 vs 470.4 tok/s, the 0.6B 1039 vs 1128 (evidence/perf_h200_ca80b31_variants.log).
     rope_attn = os.environ.get("BW24_ROPE_ATTN", "0") == "1"
     # Attention's pass 2 inside attn_split's last split block (ops/cuda/attn.py fuse_combine: one
     # attn_combine launch per layer fewer, the same bits), now with the output's int8 quantization too.
     # The tuning table leaves it off (tune_attention at ddfc1fd timed it eagerly, before PDL and graphs of
     # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
-    # "no_attn_fuse"), to be measured in the decode cells.
+    # "no_attn_fuse"). Forced on at ca80b31 (+ int8 rows): slower, the 8B 437.1 vs 470.4, the 0.6B 1091 vs 1128.
     attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
     attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
-    # norm_matmul_multi): on by default since it was written (after 0d45897), not yet measured; BW24_NORM_FUSE=0
-    # runs rmsnorm + qmv3 instead (perf rows then record "no_norm_fuse"), for the A/B of the next GPU run.
+    # norm_matmul_multi): on by default since it was written (after 0d45897). BW24_NORM_FUSE=0 runs rmsnorm +
+    # qmv3 instead (perf rows then record "no_norm_fuse"). At ca80b31 it was neutral: the 0.6B 1128 tok/s
+    # with it (230 launches a token), 1141 without (286); launches under PDL overlap, so fewer is not faster.
     norm_fuse = os.environ.get("BW24_NORM_FUSE", "1") != "0"
     # A small model's decode FFN front (input norm, gate, up, GLU and the int8 rows for the down projection)
     # in one qmv_glu launch instead of qmv3n + glu_q8, where the gate/up matvec runs one-warp rows on fp32
-    # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in until measured.
+    # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in: at ca80b31 slower on
+    # the 0.6B (988 vs 1128 tok/s: one warp a row of gate and up has less parallelism), equal on the 8B.
     glu_fuse = os.environ.get("BW24_GLU_FUSE", "0") == "1"
+    # Prefill GEMM precision (ops/cuda/prefill.py): "auto" (default) runs split (fp32-like) products for the
+    # weights whose decode keeps fp32 activations: three fp16 GEMMs a product, hi and lo weight halves. That
+    # is every weight of a mixture-of-experts model (the 30B-A3B's pp512 was 0.41x llama.cpp at ca80b31) and
+    # a small model's K < 2048 ones. BW24_PREFILL=fp16 runs one fp16 GEMM for every weight, as llama.cpp's
+    # prefill does; the gate then holds the prefill to its rounded half (engine.Drift). Perf rows record
+    # "prefill_fp16" / "prefill_split". Opt-in until measured.
+    prefill_env = os.environ.get("BW24_PREFILL", "auto")
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
-        return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"),
+        return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("glu_fuse", self.glu_fuse), ("no_norm_fuse", not self.norm_fuse),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
-                                      ("no_pdl", not self.pdl_env)) if on]
+                                      ("no_pdl", not self.pdl_env),
+                                      ("prefill_fp16", self.prefill_env == "fp16"),
+                                      ("prefill_split", self.prefill_env == "split")) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -134,6 +157,8 @@ class CudaOps(Ops):
 
         if self.attn_gemm_env not in ("auto", "0", "1"):
             raise ValueError(f"BW24_ATTN_GEMM={self.attn_gemm_env!r}: use auto (the default), 1 or 0")
+        if self.prefill_env not in PRECISIONS:
+            raise ValueError(f"BW24_PREFILL={self.prefill_env!r}: use one of {', '.join(PRECISIONS)}")
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
         require_gpu()
@@ -152,7 +177,8 @@ class CudaOps(Ops):
         self.use_graphs = use_graphs
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
-        self.prefill_precision = "auto"  # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py)
+        # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py; BW24_PREFILL, above)
+        self.prefill_precision = self.prefill_env
         self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
@@ -500,9 +526,12 @@ class CudaOps(Ops):
         Ops.rope_attention(self, q, k, v, pos, k_cache, v_cache, rope=rope, attn=attn)
 
     def _attention_prefill(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys=None):
-        from . import attn_gemm
+        from . import attn_gemm, attn_mma
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
+        if self.attn_mma and attn_mma.usable(q, k_cache, v_cache):
+            attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+            return
         if attn_gemm.usable(q, k_cache, v_cache, n_keys) and (
                 self.attn_gemm or (self.attn_gemm_auto and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys))):
             attn_gemm.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,

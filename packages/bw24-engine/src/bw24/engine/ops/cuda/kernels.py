@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from .attn_mma import instances as attn_mma_instances
 from .moe import decode_instances
 from .prefill import attn_instances
 
@@ -50,6 +51,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "sample.cu": (),
     "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
     "attention_gemm.cu": (),  # prefill attention's softmax rows around cuBLAS GEMMs (ops/cuda/attn_gemm.py)
+    "attention_mma.cu": attn_mma_instances(),  # prefill attention on tensor cores (ops/cuda/attn_mma.py)
     # decode: fused gate/up/act and down/combine per weight format (ops/cuda/moe.py decode_config);
     # moe_mv per format for the fallbacks (gate and up of different formats, rows too long to stage)
     "moe.cu": decode_instances() + tuple(f"moe_mv<{f}>" for f in range(10)),

@@ -1,7 +1,7 @@
 """Prefill (T > 16 tokens) paths of CudaOps: fp16 cuBLAS GEMM over dequantized weight chunks
 (kernels/prefill_gemm.cu) and flash-style causal attention (kernels/attention_prefill.cu).
 
-GEMM precision (CudaOps.prefill_precision; numbers: benchmarks/emulate_fp16_prefill.py):
+GEMM precision (CudaOps.prefill_precision, from BW24_PREFILL; numbers: benchmarks/emulate_fp16_prefill.py):
 - "auto" (default): "fp16" for a weight whose decode matvec runs on int8 activations (below), else
   "split". Prefill then has the precision class of decode weight by weight: int8 activations carry a
   relative error of ~0.5% per 32-group (RMS), 10x fp16's, so a third of the tensor-core work buys
@@ -15,7 +15,9 @@ GEMM precision (CudaOps.prefill_precision; numbers: benchmarks/emulate_fp16_pref
   and sc/m 6-bit (or int8) scales: the products need up to ~21 bits, so wh is rounded (relative error
   <= 2^-11 = 4.9e-4 per weight; only F16 weights are exact), and x likewise. Measured (CPU-emulated):
   rel 2-3e-4 per GEMM on random weights of every quant type; last-position logits vs decode up to
-  3.7e-2 on smollm2-135m, above the gate's 1e-2 (split: 5e-5, as fp32's 4e-5).
+  3.7e-2 on smollm2-135m, above the gate's 1e-2 (split: 5e-5, as fp32's 4e-5). So the gate's exact half
+  runs split (CudaOps.exact_activations) and holds fp16 prefill to its rounded half (NMSE class), as it
+  holds int8 activations and a float16 KV cache; llama.cpp's prefill is fp16 / int8 throughout.
 Activations: for a weight whose decode matvec runs on int8 activations (launch.default_path: K >= 2048
 or a vocabulary head), x is first rounded exactly as quantize_x does (x_to_half's q8 mode), so prefill and
 decode of that weight see the same int8 grid (their inputs still differ in the last bits, hence the

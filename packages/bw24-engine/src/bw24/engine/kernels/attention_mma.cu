@@ -1,0 +1,203 @@
+// attention_mma.cu: causal GQA attention of a prefill chunk (T > 16 queries) from a float16 KV cache on
+// tensor cores (mma.sync m16n8k16, float16 inputs, float32 accumulation), flash style.
+//
+// Formula as attention_prefill.cu (its CUDA-core twin, which float32 caches and the gate's exact half
+// keep): query t of head h sits at p = pos[0] + t and attends to keys j in [lo, p], lo = 0 or
+// p - window + 1; s_j = (q . k_j) * scale, optionally softcap * tanh(s_j / softcap); out = softmax(s) V.
+// Precision: q * scale and the probabilities are rounded to float16 for the products (as llama.cpp's
+// flash attention does); the cache is float16 already; sums, the softmax state and the output are
+// float32. kernel_check holds it to the fp16-product class (gemm16) against the float64 reference.
+// Why: the CUDA-core kernel was 6.8 of the 0.6B's 13.4 ms of pp512 kernel time on the H200 (ca80b31),
+// ~4 TFLOP/s; the GEMM path (attention_gemm.cu) writes every score to memory and takes 6 launches.
+//
+// Thread-to-data mapping, attn_mma<D, DV>: block (row tile, kv head hk), 4 warps, 16 query rows a warp
+//   (row i = (token i / G, head hk*G + i % G): the G heads of a token share each K/V tile). The block
+//   walks 64-key tiles of its causal range: all threads copy the tile's K and V rows into shared memory
+//   (16-byte loads; rows past the range are zero), then each warp with a live key in the tile
+//     S[16 x 64] = Qw K^T   (D/16 k-steps x 8 n-tiles; q's A fragments sit in registers for the launch,
+//                            K's B fragments are 32-bit shared loads),
+//     online softmax per row (a row's 16 values of a tile live in the 4 lanes of a quad: 2 shuffles),
+//     O[16 x DV] += P V     (P's A fragments are S's accumulators repacked to float16 in registers, the
+//                            layouts line up; V's B fragments come from ldmatrix .trans).
+//   Fragment layouts (PTX ISA, mma.m16n8k16 .f16): g = lane / 4, c = lane % 4; A regs (row g, cols 2c..),
+//   (row g+8, cols 2c..), (row g, cols 2c+8..), (row g+8, cols 2c+8..); B regs (k 2c.., n g), (k 2c+8.., n g);
+//   C (row g, cols 2c, 2c+1), (row g+8, same cols).
+// Bytes moved: q 4*T*H*D and out 4*T*H*DV once; per block 2*(D + DV) per key of its causal range (the
+//   float16 cache rows, from L2 for all but the first block of a kv head to read them).
+// Shared memory: K and V tiles, 64 rows of D (DV) halves padded by 8 (conflict-free 32-bit and
+// ldmatrix row reads): 34.8 KB at D = DV = 128.
+#include "common.cuh"
+#include <cuda_fp16.h>
+
+#define AM_WARPS 4
+#define AM_KT 64  // keys a tile
+
+__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits: the lower column index
+    return *reinterpret_cast<const u32*>(&h);
+}
+
+__device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int D, int DV>
+__global__ void __launch_bounds__(AM_WARPS * 32)
+attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
+         const int* __restrict__ pos, int T, int H, int G, int S, float scale, float softcap, int window,
+         float* __restrict__ out) {
+    PDL_OPEN();
+    static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128, "head dims: multiples of 16, <= 128");
+    constexpr int KP = D + 8, VP = DV + 8;  // padded row lengths (halves): 16-byte aligned rows
+    constexpr int NT = AM_KT / 8, NO = DV / 8, KS = D / 16;
+    __shared__ __align__(16) __half ks[AM_KT][KP];
+    __shared__ __align__(16) __half vs[AM_KT][VP];
+    const int hk = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int rows = T * G, r0 = blockIdx.x * (AM_WARPS * 16), wr0 = r0 + w * 16;
+    const int p0 = pos[0];
+    const int last = min(r0 + AM_WARPS * 16, rows) - 1;  // the block's last row
+    const int hi = p0 + last / G;                           // the last key any row of the block sees
+    const int lo = window > 0 ? max(0, p0 + r0 / G - window + 1) : 0;
+
+    // this lane's two rows (g, g + 8): position (-1: no row) and first key
+    int prow[2], lrow[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int i = wr0 + g + 8 * h;
+        prow[h] = i < rows ? p0 + i / G : -1;
+        lrow[h] = window > 0 ? max(0, prow[h] - window + 1) : 0;
+    }
+    const int whi = wr0 < rows ? p0 + (min(wr0 + 15, rows - 1)) / G : -1;  // the warp's last key
+    const int wlo = window > 0 ? max(0, p0 + wr0 / G - window + 1) : 0;
+
+    // q * scale as A fragments, float16 (rows past the end are zero)
+    u32 qa[KS][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int i = wr0 + g + 8 * h;
+        const float* qr = i < rows ? q + ((i64)(i / G) * H + hk * G + i % G) * D : nullptr;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int d = kk * 16 + 2 * c + 8 * e;
+                const float2 v = qr ? *reinterpret_cast<const float2*>(qr + d) : make_float2(0.f, 0.f);
+                qa[kk][h + 2 * e] = pack_half2(v.x * scale, v.y * scale);
+            }
+        }
+    }
+
+    float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    const __half* kb = kc + (i64)hk * S * D;
+    const __half* vb = vc + (i64)hk * S * DV;
+
+    for (int j0 = lo; j0 <= hi; j0 += AM_KT) {
+        __syncthreads();  // the previous tile's readers are done
+        for (int idx = threadIdx.x; idx < AM_KT * D / 8; idx += AM_WARPS * 32) {
+            const int r = idx / (D / 8), x = idx % (D / 8), j = j0 + r;
+            *reinterpret_cast<uint4*>(&ks[r][8 * x]) =
+                j <= hi ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
+        }
+        for (int idx = threadIdx.x; idx < AM_KT * DV / 8; idx += AM_WARPS * 32) {
+            const int r = idx / (DV / 8), x = idx % (DV / 8), j = j0 + r;
+            *reinterpret_cast<uint4*>(&vs[r][8 * x]) =
+                j <= hi ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
+        if (j0 > whi || j0 + AM_KT - 1 < wlo) continue;  // no live key of this warp in the tile
+
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KS; ++kk) {
+                const u32 b0 = *reinterpret_cast<const u32*>(&ks[n * 8 + g][kk * 16 + 2 * c]);
+                const u32 b1 = *reinterpret_cast<const u32*>(&ks[n * 8 + g][kk * 16 + 2 * c + 8]);
+                mma16816(s[n], qa[kk], b0, b1);
+            }
+        }
+        // mask, softcap, online softmax: row h of this lane holds s[n][2h], s[n][2h + 1]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = j0 + n * 8 + 2 * c + e;
+                    float sc = s[n][2 * h + e];
+                    if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+                    sc = (j >= lrow[h] && j <= prow[h]) ? sc : -INFINITY;
+                    s[n][2 * h + e] = sc;
+                    mx = fmaxf(mx, sc);
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+            const float mn = fmaxf(m[h], mx);
+            const float corr = mn == -INFINITY ? 1.f : expf(m[h] - mn);  // m = -inf, mn finite: 0
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float sc = s[n][2 * h + e];
+                    const float p = sc == -INFINITY ? 0.f : expf(sc - mn);
+                    s[n][2 * h + e] = p;
+                    sum += p;
+                }
+            }
+            l[h] = l[h] * corr + sum;  // this lane's share of the row sum (the quad adds them at the end)
+            m[h] = mn;
+#pragma unroll
+            for (int n = 0; n < NO; ++n) {
+                o[n][2 * h] *= corr;
+                o[n][2 * h + 1] *= corr;
+            }
+        }
+#ifdef BW24_PLANTED_BUG
+        constexpr int KC = AM_KT / 16 - 1;  // kernel_check canary: drops the last 16 keys of each tile
+#else
+        constexpr int KC = AM_KT / 16;
+#endif
+#pragma unroll
+        for (int kc2 = 0; kc2 < KC; ++kc2) {
+            const u32 pa[4] = {pack_half2(s[2 * kc2][0], s[2 * kc2][1]), pack_half2(s[2 * kc2][2], s[2 * kc2][3]),
+                               pack_half2(s[2 * kc2 + 1][0], s[2 * kc2 + 1][1]),
+                               pack_half2(s[2 * kc2 + 1][2], s[2 * kc2 + 1][3])};
+#pragma unroll
+            for (int n = 0; n < NO; n += 2) {
+                // matrices: (keys +0..7, n-tile n), (keys +8..15, n), (keys +0..7, n+1), (keys +8..15, n+1)
+                const int mi = lane >> 3;
+                const __half* row = &vs[kc2 * 16 + (mi & 1) * 8 + (lane & 7)][(n + (mi >> 1)) * 8];
+                u32 b[4];
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                             : "r"((u32)__cvta_generic_to_shared(row)));
+                mma16816(o[n], pa, b[0], b[1]);
+                mma16816(o[n + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = l[h];
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+        const int i = wr0 + g + 8 * h;
+        if (i < rows) {
+            float* orow = out + ((i64)(i / G) * H + hk * G + i % G) * DV;
+            const float inv = 1.f / sum;
+#pragma unroll
+            for (int n = 0; n < NO; ++n)
+                *reinterpret_cast<float2*>(orow + n * 8 + 2 * c) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        }
+    }
+}

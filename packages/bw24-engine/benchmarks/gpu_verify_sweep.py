@@ -1,7 +1,10 @@
 """What a T-token q8 matvec (speculative verify, issue 8) costs against the decode launch (T = 1) at the
-8B's shapes, per rows-per-block R and groups in flight (QMV8_VERIFY_UNROLL), on one GPU call.
+8B's shapes, per rows-per-block R and groups in flight (QMV8_VERIFY_UNROLL), on one GPU call; with
+--path f32, the fp32-activation matvec (qmv) at the small models' shapes (K < 2048: the qwen3-0.6b and the
+qwen2.5-coder-1.5b target of the real draft pair), per R (the rule there is R = 1).
 
     python packages/bw24-engine/benchmarks/gpu_verify_sweep.py OUTDIR [--ts 1,2,3,4,5,8,9] [--rows 1,2,4,8]
+        [--path q8|f32]
 
 Each (shape, T, R, unroll) first checks that its rows equal T = 1 launches bit for bit (the contract;
 a config that breaks it is reported WRONG and not timed), then times one CUDA graph of one matmul per
@@ -27,10 +30,19 @@ from gpu_session import header  # noqa: E402
 # qwen3-8b Q4_K_M: gate+up stacked (as matmul_multi launches them), Q+K+V, wo, down (Q4_K and Q6_K)
 SHAPES = (("Q4_K", 24576, 4096), ("Q4_K", 6144, 4096), ("Q4_K", 4096, 4096), ("Q6_K", 4096, 12288),
           ("Q4_K", 4096, 12288))
+# fp32-path shapes (K < 2048): qwen3-0.6b Q+K+V and gate+up (K = 1024); qwen2.5-coder-1.5b (Q4_K_M) Q+K+V,
+# gate+up and wo (K = 1536; its GGUF mixes Q4_K and Q6_K rows, Q6_K timed for the mix's slower half)
+SHAPES_F32 = (("Q4_K", 4096, 1024), ("Q4_K", 6144, 1024), ("Q4_K", 2048, 1536), ("Q4_K", 17920, 1536),
+              ("Q6_K", 17920, 1536), ("Q4_K", 1536, 1536))
 
 
-def _combos(T: int, rows: list[int], unrolls: list[int]) -> list[tuple[int, int]]:
-    """(R, unroll) pairs timed at T: at most 32 accumulators per thread (R * NT)."""
+def _combos(T: int, rows: list[int], unrolls: list[int], f32: bool = False) -> list[tuple[int, int]]:
+    """(R, unroll) pairs timed at T: at most 32 accumulators per thread (R * NT; 64 on the f32 path, whose
+    kernel has no unroll choice)."""
+    if f32:
+        from bw24.engine.ops.cuda.kernels import QMV_NT
+
+        return [(r, 0) for r in rows if r * next(n for n in QMV_NT if T <= n) <= 64]
     return [(r, u) for u in unrolls for r in rows if r * T <= 32]
 
 
@@ -42,7 +54,7 @@ def _defines(unroll: int) -> tuple:
 def main() -> int:
     import cupy as cp
     from bw24.engine.ops.cuda import CudaOps
-    from bw24.engine.ops.cuda.kernels import get_kernel
+    from bw24.engine.ops.cuda.kernels import QMV_NT, get_kernel
     from bw24.engine.ops.cuda.q8 import q8_nt, verify_rows
     from bw24.engine.ops.cuda.repack import FMT
     from gguf.constants import GGMLQuantizationType as Q
@@ -52,7 +64,9 @@ def main() -> int:
     ap.add_argument("--ts", default="1,2,3,4,5,8,9")
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--unroll", default="1,2")
+    ap.add_argument("--path", choices=("q8", "f32"), default="q8")
     a = ap.parse_args()
+    f32 = a.path == "f32"
     a.out.mkdir(parents=True, exist_ok=True)
     ts = [int(t) for t in a.ts.split(",")]
     rows, unrolls = [int(r) for r in a.rows.split(",")], [int(u) for u in a.unroll.split(",")]
@@ -65,16 +79,23 @@ def main() -> int:
         print(s, flush=True)
         log.append(s)
 
-    jobs = [("", u) for u in [0, *unrolls]]  # the plain module: quantize_x
-    for qn, n, k in SHAPES:
-        f, (_, W, R1) = FMT[Q[qn]], ops.qmv_configs.plan(Q[qn], n, k)
+    shapes, kfile = (SHAPES_F32, "qmatvec.cu") if f32 else (SHAPES, "qmatvec_q8.cu")
+    jobs = [] if f32 else [("", u) for u in [0, *unrolls]]  # the plain module: quantize_x
+    for qn, n, k in shapes:
+        f, (path, W, R1) = FMT[Q[qn]], ops.qmv_configs.plan(Q[qn], n, k)
+        assert path == a.path, f"{qn} {n}x{k} decodes on the {path} path, not {a.path}"
+        if f32:
+            jobs.append((f"qmv<{f},{W},{R1},1>", 0))
+            jobs += [(f"qmv<{f},{W},{r},{next(m for m in QMV_NT if T <= m)}>", 0) for T in ts if T > 1
+                     for r, _ in _combos(T, rows, [], True)]
+            continue
         jobs.append((f"qmv8<{f},{W},{R1},1>", 0))
         jobs += [(f"qmv8<{f},{W},{r},{q8_nt(T)}>", u) for T in ts if T > 1 for r, u in _combos(T, rows, unrolls)]
     done: list[str] = []
-    precompile([("qmatvec_q8.cu", name, _defines(u)) for name, u in sorted(set(jobs))], done)
+    precompile([(kfile, name, _defines(u)) for name, u in sorted(set(jobs))], done)
     say(f"precompiled {len(set(jobs))} instances ({done[-1]})")
     summary = ["shape                     T  rule R: us  x decode | best (R, unroll): us  x decode"]
-    for qn, n, k in SHAPES:
+    for qn, n, k in shapes:
         w0 = _weight(ops, Q[qn], n, k, rng)
         copies = max(20, min(400, math.ceil(2 * 60e6 / w0.nbytes) + 1))
         ws = [w0] + [_clone(ops, w0) for _ in range(copies - 1)]
@@ -90,7 +111,7 @@ def main() -> int:
         for T in ts:
             y = ops.zeros((T, n))
             res = {}
-            for r, u in _combos(T, rows, unrolls) if T > 1 else [(R1, 0)]:
+            for r, u in _combos(T, rows, unrolls, f32) if T > 1 else [(R1, 0)]:
                 ops._k = lambda f, name, d=_defines(u): get_kernel(f, name, d if f == "qmatvec_q8.cu" else ())
                 ops.verify_rows = r if T > 1 else None
                 ops.matmul(w0, x[:T], out=y)
@@ -114,8 +135,9 @@ def main() -> int:
             if not res:
                 continue
             (br, bu), bus = min(res.items(), key=lambda kv: kv[1])
-            rule = res.get((verify_rows(T), 1), float("nan")) if T > 1 else dec
-            summary.append(f"{qn} {n:>5}x{k:<5} T={T:<2} R={verify_rows(T) if T > 1 else R1}: {rule:7.2f} "
+            rule_r = (1 if f32 else verify_rows(T)) if T > 1 else R1
+            rule = res.get((rule_r, 0 if f32 else 1), float("nan")) if T > 1 else dec
+            summary.append(f"{qn} {n:>5}x{k:<5} T={T:<2} R={rule_r}: {rule:7.2f} "
                            f"{rule / dec:5.2f}x | ({br},{bu}): {bus:7.2f} {bus / dec:5.2f}x")
         del ws, w0
         cp.get_default_memory_pool().free_all_blocks()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bw24.engine.ops.cuda.launch import Q8_TYPES, QmvConfigs, check_path, default_qmv
+from bw24.engine.ops.cuda.launch import Q8_TYPES, QmvConfigs, check_path, default_path, default_qmv
 from bw24.engine.ops.cuda.q8 import matmul_q8_ref, quantize_x_ref, unpack_xs
 from bw24.engine.ops.cuda.repack import random_raw, repack
 from bw24.gguf import dequantize
@@ -183,7 +183,7 @@ def test_moe_models_decode_on_fp32_activations():
 
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    ops = SimpleNamespace(qmv_configs=QmvConfigs(_table({})), quantizes_activations=True)
+    ops = SimpleNamespace(qmv_configs=QmvConfigs(_table({})), quantizes_activations=True, prefill_precision="auto")
     assert ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"
     CudaOps.use_int8_activations(ops, False)
     assert not ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "f32"
@@ -286,7 +286,7 @@ def test_norm_matmul_multi_dispatch(helpers, monkeypatch):
     assert calls == ["qmv3n"] and reads_h  # the norm inside: h and its weight are the kernel's first arguments
     assert run(5, "f32", n=2)[:2] == (["qmv3n"], True)
     assert run(16, "f32", K=576)[0] == ["qmv3n"]
-    assert run(1, "f32", fuse=False)[0] == ["rmsnorm", "qmv3"]  # BW24_NORM_FUSE=0
+    assert run(1, "f32", fuse=False)[0] == ["rmsnorm", "qmv3"]  # the default (BW24_NORM_FUSE unset)
     calls = run(1, "q8", K=2048)[0]  # (the stand-in rmsnorm leaves no int8 rows: quantize_x; kernel_check counts 2)
     assert calls[0] == "rmsnorm" and calls[-1] == "qmv8_3" and "qmv3n" not in calls
     calls, reads_h, _ = run(17, "f32")  # prefill: the GEMMs' conversion of h normalizes it (x_to_half)
@@ -409,4 +409,23 @@ def test_ffn_glu_dispatch(helpers, monkeypatch):
     assert run(True, W=4) == (False, False, [1])  # two-warp-or-more rows: their order is not one warp's
     assert run(True, path="q8", K=2048) == (False, False, [1])
     assert run(True, N=3000) == (False, False, [1])  # not whole 32-row blocks
-    assert run(True, norm_fuse=False) == (False, False, [1])  # its norm is qmv3n's: off with BW24_NORM_FUSE=0
+    assert run(True, norm_fuse=False) == (False, False, [1])  # its norm is qmv3n's: off without BW24_NORM_FUSE=1
+
+
+def test_verify_sweep_f32_combos_and_shapes():
+    """gpu_verify_sweep.py --path f32: the T-token fp32-path launches it times (R rows a block, NT the
+    bucket, at most 64 accumulators a thread), and its shapes are ones that decode on the f32 path."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        sweep = importlib.import_module("gpu_verify_sweep")
+    finally:
+        sys.path.pop(0)
+    assert sweep._combos(5, [1, 2, 4, 8], [1, 2], f32=True) == [(1, 0), (2, 0), (4, 0), (8, 0)]  # NT = 8
+    assert sweep._combos(9, [1, 2, 4, 8], [1, 2], f32=True) == [(1, 0), (2, 0), (4, 0)]  # NT = 16
+    assert sweep._combos(5, [1, 4, 8], [1, 2]) == [(1, 1), (4, 1), (1, 2), (4, 2)]  # q8: R * T <= 32
+    assert all(default_path(q, n, k) == "f32" for q, n, k in sweep.SHAPES_F32)
+    assert all(default_path(q, n, k) == "q8" for q, n, k in sweep.SHAPES)

@@ -122,14 +122,17 @@ class CudaOps(Ops):
     attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
     attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
-    # norm_matmul_multi): on by default since it was written (after 0d45897). BW24_NORM_FUSE=0 runs rmsnorm +
-    # qmv3 instead (perf rows then record "no_norm_fuse"). At ca80b31 it was neutral: the 0.6B 1128 tok/s
-    # with it (230 launches a token), 1141 without (286); launches under PDL overlap, so fewer is not faster.
-    norm_fuse = os.environ.get("BW24_NORM_FUSE", "1") != "0"
+    # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
+    # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
+    # 286: under PDL a launch overlaps the kernel ahead) and cost speculative verify dearly: a T-token
+    # launch runs one row per block (_verify_plan), so every block re-reads all T rows of h for their
+    # scales, and the 0.6B's 5-token verify went from 2750 us (3.0 decode steps, 0d45897) to 4583 (5.2).
+    norm_fuse = os.environ.get("BW24_NORM_FUSE", "0") == "1"
     # A small model's decode FFN front (input norm, gate, up, GLU and the int8 rows for the down projection)
     # in one qmv_glu launch instead of qmv3n + glu_q8, where the gate/up matvec runs one-warp rows on fp32
     # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in: at ca80b31 slower on
     # the 0.6B (988 vs 1128 tok/s: one warp a row of gate and up has less parallelism), equal on the 8B.
+    # It computes qmv3n's norm, so it runs only with BW24_NORM_FUSE=1 as well.
     glu_fuse = os.environ.get("BW24_GLU_FUSE", "0") == "1"
     # Prefill GEMM precision (ops/cuda/prefill.py): "auto" (default) runs split (fp32-like) products for the
     # weights whose decode keeps fp32 activations: three fp16 GEMMs a product, hi and lo weight halves. That
@@ -145,7 +148,7 @@ class CudaOps(Ops):
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
-                                      ("glu_fuse", self.glu_fuse), ("no_norm_fuse", not self.norm_fuse),
+                                      ("glu_fuse", self.glu_fuse), ("norm_fuse", self.norm_fuse),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_fp16", self.prefill_env == "fp16"),
@@ -338,14 +341,15 @@ class CudaOps(Ops):
         """(NT, R) of a T-token matvec launch whose decode config has R rows per block. T = 1: (1, R).
         q8 path (ops/cuda/q8.py): NT = T exactly up to 8, R from q8.verify_rows (or the sweep's
         override, self.verify_rows). f32 path: NT the bucket QMV_NT, one row per block (keeping the decode
-        R was measured on the H200 at d294954: smollm2's T=5 verify 1.84 -> 2.35 ms)."""
+        R was measured on the H200 at d294954: smollm2's T=5 verify 1.84 -> 2.35 ms), or self.verify_rows
+        (gpu_verify_sweep.py --path f32)."""
         if T == 1:
             return 1, R
         if path == "q8":
             from . import q8
 
             return q8.q8_nt(T), self.verify_rows or q8.verify_rows(T)
-        return next(n for n in QMV_NT if T <= n), 1
+        return next(n for n in QMV_NT if T <= n), self.verify_rows or 1
 
     def matmul(self, w: QWeight, x, *, out, bias=None, residual=None, softcap: float = 0.0):
         T, K = x.shape

@@ -386,3 +386,22 @@ def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
         assert prefill.is_split(ops, q8=False) and prefill.is_split(ops, q8=True)
     assert (ops.prefill_precision, ops.qmv_configs.force_path) == ("fp16", None)
     assert not prefill.is_split(ops, q8=False)  # an MoE model's experts: one fp16 GEMM a product
+
+
+def test_prefill_scratch_env(monkeypatch):
+    """BW24_PREFILL_SCRATCH_MB: a bad value is a clear error naming the variable; a good one sets the chunk
+    bytes that gemm_rows cuts by (memory.plan reads the same module value) and is recorded in perf rows."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    for bad in ("0", "1.5", "big", "9999"):
+        monkeypatch.setattr(CudaOps, "prefill_scratch_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_PREFILL_SCRATCH_MB='{bad}'"):
+            CudaOps()
+    monkeypatch.setattr(prefill, "PREFILL_SCRATCH", prefill.PREFILL_SCRATCH)  # restored after the test
+    monkeypatch.setattr(CudaOps, "prefill_scratch_env", "16")
+    monkeypatch.setattr("bw24.runtime.require_gpu", lambda: (_ for _ in ()).throw(RuntimeError("no GPU")))
+    with pytest.raises(RuntimeError, match="no GPU"):  # the setting is applied before the GPU is needed
+        CudaOps()
+    assert prefill.PREFILL_SCRATCH == 16 << 20 and prefill.gemm_rows(4096, False) == 2048
+    ops = CudaOps.__new__(CudaOps)
+    assert "prefill_scratch_16m" in ops.opt_in()

@@ -19,9 +19,10 @@ from ...errors import UnsupportedModelError
 from ..base import ACTIVATIONS, ROPE_MODES, Ops, check_qk_norm
 from . import attn as _attn
 from . import norm as _norm
+from . import prefill as _prefill
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel
 from .launch import QMV_SPACE, QmvConfigs
-from .prefill import PRECISIONS, PREFILL_SCRATCH  # PREFILL_SCRATCH: fp16 weight bytes a chunk (memory.plan)
+from .prefill import PRECISIONS
 from .repack import UnsupportedWeightError
 from .weights import NULL, QWeight, upload_weight
 
@@ -141,6 +142,12 @@ class CudaOps(Ops):
     # prefill does; the gate then holds the prefill to its rounded half (engine.Drift). Perf rows record
     # "prefill_fp16" / "prefill_split". Opt-in until measured.
     prefill_env = os.environ.get("BW24_PREFILL", "auto")
+    # Bytes of dequantized fp16 weight a prefill GEMM chunk (prefill.PREFILL_SCRATCH, 64 MiB), in MiB for a
+    # measured run: a chunk within the L2 (50 MiB on the H200) may be read back by cuBLAS from L2 and
+    # rewritten there by the next chunk's dequantization without going through HBM (at ca80b31 the 8B's
+    # pp512 spent 8.7 of 33.5 ms of kernels writing its 16 GB of fp16 weights); more chunks cost more host
+    # calls. Perf rows record "prefill_scratch_<MiB>m".
+    prefill_scratch_env = os.environ.get("BW24_PREFILL_SCRATCH_MB")
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -152,7 +159,8 @@ class CudaOps(Ops):
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_fp16", self.prefill_env == "fp16"),
-                                      ("prefill_split", self.prefill_env == "split")) if on]
+                                      ("prefill_split", self.prefill_env == "split"),
+                                      (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -162,6 +170,10 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_GEMM={self.attn_gemm_env!r}: use auto (the default), 1 or 0")
         if self.prefill_env not in PRECISIONS:
             raise ValueError(f"BW24_PREFILL={self.prefill_env!r}: use one of {', '.join(PRECISIONS)}")
+        if self.prefill_scratch_env is not None:
+            if not (self.prefill_scratch_env.isdigit() and 1 <= int(self.prefill_scratch_env) <= 4096):
+                raise ValueError(f"BW24_PREFILL_SCRATCH_MB={self.prefill_scratch_env!r}: a whole number of MiB, 1..4096")
+            _prefill.PREFILL_SCRATCH = int(self.prefill_scratch_env) << 20
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
         require_gpu()
@@ -582,7 +594,7 @@ class CudaOps(Ops):
         if cfg.is_moe:
             self.use_int8_activations(False)
         self._mem_baseline = memory.used_bytes()
-        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, PREFILL_SCRATCH,
+        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),
                                      kv_bytes=np.dtype(self.kv_dtype).itemsize)
         memory.check_fit(self._mem_plan, str(getattr(f, "path", "model")), memory.device_free()[0])

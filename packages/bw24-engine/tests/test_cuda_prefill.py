@@ -276,9 +276,9 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     conv, calls = [], []
     monkeypatch.setattr(prefill, "to_half", lambda ops, x, split, q8=False, norm=None: conv.append((q8, split)) or
                         ("xs", q8, split))
-    monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, parts, T, xs, split: calls.append(
+    monkeypatch.setattr(prefill, "stacked_gemm", lambda ops, parts, T, xs, split, glu=None: calls.append(
         ([(w.name, o, b) for w, r0, n, o, b, res, sc in parts if (r0, n, res, sc) == (0, w.n, None, 0.0)], T, xs,
-         split)))
+         split) + ((glu,) if glu else ())))
     # Q4_K rows decode on int8 activations (class (q8, fp16)), Q6_K here on fp32 ones (class (f32, split))
     plan = {"Q4_K": ("q8", 4, 4), "Q6_K": ("f32", 4, 4)}
     ops = SimpleNamespace(prefill_precision="auto", qmv_configs=SimpleNamespace(plan=lambda qt, n, k: plan[qt]))
@@ -293,6 +293,14 @@ def test_gemm_multi_converts_x_once_per_class(monkeypatch):
     calls.clear()
     prefill.gemm_multi(ops, ws[:1] + ws[2:], x, ["oq", "ov"], [None, None])  # one class: one conversion
     assert conv == [(True, False)] and [n for n, _, _ in calls[0][0]] == ["q", "v"] and len(calls) == 1
+    # gate / up with the GLU in the epilogue: only one class of two same-shaped weights without biases
+    calls.clear()
+    assert prefill.gemm_multi(ops, [ws[0], ws[2]], x, ["og", "ou"], [None, None], glu="silu")
+    assert calls[0][-1] == "silu"
+    calls.clear()
+    assert not prefill.gemm_multi(ops, ws[:2], x, ["og", "ou"], [None, None], glu="silu")  # two classes
+    assert not prefill.gemm_multi(ops, [ws[0], ws[2]], x, ["og", "ou"], ["bg", None], glu="silu")  # a bias
+    assert all(len(c) == 4 for c in calls)  # none of those fused
 
 
 def test_cuda_matmul_multi_routes_prefill_rows_to_gemm_multi(monkeypatch):
@@ -353,18 +361,67 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
             scratch[key] = np.full(n, np.nan, dtype).view(helpers.HostDev)
         return scratch[key][:n]
 
-    import contextlib
-
-    ops = SimpleNamespace(_buf=buf, stream=contextlib.nullcontext())
+    ops = _EpilogueOps(buf, helpers)
     x = rng.standard_normal((T, K)).astype(np.float16)
     outs = [np.full((T, n), np.nan, np.float32) for n in Ns]
     biases = [None, rng.standard_normal(24).astype(np.float32), None]
     parts = [(w, 0, w.n, o, b, None, 0.0) for w, o, b in zip(ws, outs, biases, strict=True)]
     parts[2] = (ws[2], 4, 20, outs[2][:, :20].copy(), None, None, 0.0)  # rows 4..23 only (an expert's slice)
-    prefill.stacked_gemm(ops, parts, T, (x.ravel(), None, np.ones(T, np.float32)), split)
+    sx = np.full(T, 0.5, np.float32)
+    prefill.stacked_gemm(ops, parts, T, (x.ravel(), None, sx), split)
+    assert ops.launched == ["gemm_epilogue_parts"]  # three parts with at most a bias: one epilogue launch
     for (w, r0, n, o, b, _, _) in parts:
         dense = w.data[r0:r0 + n].astype(np.float16).astype(np.float32)
-        np.testing.assert_allclose(o, x.astype(np.float32) @ dense.T + (0 if b is None else b), rtol=1e-5, atol=1e-4)
+        want = 0.5 * (x.astype(np.float32) @ dense.T) + (0 if b is None else b)
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-4)
+    # gate / up of one shape with the GLU in the epilogue: out = silu(gate) * up, up's out left unwritten
+    ops.launched.clear()
+    g, u = np.full((T, 24), np.nan, np.float32), np.full((T, 24), np.nan, np.float32)
+    prefill.stacked_gemm(ops, [(ws[1], 0, 24, g, None, None, 0.0), (ws[2], 0, 24, u, None, None, 0.0)], T,
+                         (x.ravel(), None, sx), split, glu="silu")
+    assert ops.launched == ["gemm_epilogue_glu"] and np.isnan(u).all()
+    gw, uw = (0.5 * (x.astype(np.float32) @ w.data.astype(np.float16).astype(np.float32).T) for w in ws[1:])
+    np.testing.assert_allclose(g, gw / (1 + np.exp(-gw)) * uw, rtol=1e-5, atol=1e-4)
+
+
+class _EpilogueOps:
+    """Host stand-in for CudaOps in prefill launch-plan tests: _launch runs the epilogue kernels' formulas
+    in NumPy on the arguments as passed (their count checked against the kernel's signature)."""
+
+    def __init__(self, buf, helpers):
+        import contextlib
+
+        self._buf, self.stream, self.helpers, self.launched = buf, contextlib.nullcontext(), helpers, []
+
+    def _k(self, file, name):
+        assert len(self.helpers.kernel_params(file, name)) > 0
+        return (file, name)
+
+    def _launch(self, fn, grid, block, args):
+        from bw24.engine.ops.base import ACTIVATIONS
+
+        file, name = fn
+        assert len(args) == len(self.helpers.kernel_params(file, name)), name
+        self.launched.append(name)
+        y, sx = np.asarray(args[0]).ravel(), np.asarray(args[1])
+        if name == "gemm_epilogue_glu":
+            F, total, act, out = int(args[2]), int(args[3]), ACTIVATIONS[int(args[4])], args[5]
+            T = total // F
+            yy = y[: T * 2 * F].reshape(T, 2 * F) * sx[:T, None]
+            assert act == "silu"
+            out[...] = yy[:, :F] / (1 + np.exp(-yy[:, :F])) * yy[:, F:]
+            return
+        assert name == "gemm_epilogue_parts"
+        ldy, total, rest = int(args[2]), int(args[3]), args[4:]
+        parts = [rest[i:i + 3] for i in (0, 3, 6)]
+        ns = sum(int(n) for _, _, n in parts)
+        T, c = total // ns, 0
+        for out, bias, n in parts:
+            n = int(n)
+            if n:
+                out[...] = y[: T * ldy].reshape(T, ldy)[:, c:c + n] * sx[:T, None] + (
+                    0 if isinstance(bias, np.uintp) else bias)
+            c += n
 
 
 def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
@@ -405,3 +462,23 @@ def test_prefill_scratch_env(monkeypatch):
     assert prefill.PREFILL_SCRATCH == 16 << 20 and prefill.gemm_rows(4096, False) == 2048
     ops = CudaOps.__new__(CudaOps)
     assert "prefill_scratch_16m" in ops.opt_in()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_cuda_ffn_glu_prefill_puts_the_glu_in_the_epilogue(monkeypatch, fused):
+    """CudaOps.ffn_glu on prefill rows: one gemm_multi of gate and up with the norm and the GLU; a separate
+    glu launch only where gemm_multi could not fuse it (two precision classes, say); a bad activation is a
+    clear error."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ops = CudaOps.__new__(CudaOps)
+    seen = []
+    monkeypatch.setattr(prefill, "gemm_multi", lambda o, ws, x, outs, biases, norm=None, glu=None:
+                        seen.append((len(ws), x.shape[0], norm[1], glu)) or fused)
+    monkeypatch.setattr(CudaOps, "glu", lambda self, g, u, act, out: seen.append(("glu", act)))
+    W = SimpleNamespace(n=8, k=64, shape=(8, 64))
+    h, g, u = np.zeros((20, 64), np.float32), np.zeros((20, 8), np.float32), np.zeros((20, 8), np.float32)
+    ops.ffn_glu(h, np.ones(64, np.float32), 1e-6, W, W, "silu", x=None, g=g, u=u)
+    assert seen == [(2, 20, 1e-6, "silu")] + ([] if fused else [("glu", "silu")])
+    with pytest.raises(ValueError, match="activation 'relu'"):
+        ops.ffn_glu(h, np.ones(64, np.float32), 1e-6, W, W, "relu", x=None, g=g, u=u)

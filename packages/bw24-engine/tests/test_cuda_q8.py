@@ -213,7 +213,8 @@ def test_verify_launch_plan_exact_token_count_and_rows():
     assert CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
     assert CudaOps._verify_plan(ops, "f32", 1, 4) == (1, 4)
     ops.verify_rows = 8
-    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 8) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
+    assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 8) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 8)
+    assert CudaOps._verify_plan(ops, "f32", 1, 4) == (1, 4)  # the sweep's override: T > 1 rows of either path
 
 
 class _PlanOps:

@@ -61,6 +61,25 @@ def gemm_case(qt, T: int, bias: bool, residual: bool, softcap: float = 0.0, prec
     return run
 
 
+def ffn_glu_case(qt, T: int, act: str, precision: str = "split") -> Case:
+    """cu.ffn_glu at T > 16 (gate and up as one stacked GEMM, the input RMSNorm in x's conversion, the GLU
+    in the epilogue: gemm_epilogue_glu) vs ref.ffn_glu (rmsnorm, two matmuls, glu)."""
+    def run(name, ref, cu, rng):
+        k, n = _k_for(qt), 300
+        tg, tu = _weight(qt, n, k, rng, name + ".gate"), _weight(qt, n, k, rng, name + ".up")
+        h = rng.standard_normal((T, k)).astype(np.float32)
+        nw = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+        want = np.empty((T, n), np.float32)
+        ref.ffn_glu(h, nw, 1e-6, ref.load_weight(tg), ref.load_weight(tu), act, x=np.empty_like(h), g=want,
+                    u=np.empty((T, n), np.float32))
+        g = cu.zeros((T, n))
+        with setting(cu, "prefill_precision", precision):
+            cu.ffn_glu(_dev(cu, h), _dev(cu, nw), 1e-6, cu.load_weight(tg), cu.load_weight(tu), act,
+                       x=cu.zeros((T, k)), g=g, u=cu.zeros((T, n)))
+        return compare(name, "matmul" if precision == "split" else "gemm16", cu.to_host(g), want)
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for qt in SUPPORTED:
         for T, bias, res, cap in ((17, False, False, 0.0), (100, True, True, 0.0), (513, True, False, 30.0)):
@@ -113,6 +132,10 @@ def cases() -> Iterator[tuple[str, Case]]:
         tag = f"prefill attention mma D={D} G={G} T={T} pos={p0}"
         tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
         yield tag, attention_case(D, G, T, p0, window, softcap, mma=True)
+    for qt, T, act, prec in ((Q.Q4_K, 40, "silu", "split"), (Q.Q8_0, 100, "gelu_tanh", "split"),
+                             (Q.Q6_K, 33, "silu", "fp16")):
+        yield f"prefill ffn_glu {qt.name:<5} N=300 T={T} {act} ({prec}; GLU in the epilogue)", \
+            ffn_glu_case(qt, T, act, prec)
     # Q/K/V-style prefill (prefill.gemm_multi: one conversion of x, the weights stacked into one GEMM; row
     # chunks of 128 rows straddle the 301 / 77 / 45-row weights when the scratch is cut)
     for qts, T, bias, rows in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, True, None), ((Q.Q8_0, Q.Q8_0, Q.Q8_0), 100, False, 128),

@@ -9,7 +9,8 @@
 // Thread-to-data mapping: x_to_half: one block per token row, a block max of |x|, then threads
 //   stride the row. dequant_rows_h: one thread per 32-column group (decode_group of quant.cuh,
 //   bit-identical to the fp32 path), 64 B of wh (+ 64 B of wl) written per thread; a row range of
-//   one weight, or the rows of a list of experts (MoE prefill). gemm_epilogue: one thread per output.
+//   one weight, or the rows of a list of experts (MoE prefill). gemm_epilogue (and its _parts / _glu
+//   forms for stacked Q/K/V and gate/up): one thread per output, grid-stride.
 // Bytes moved: x_to_half 4TK read, 2TK (+2TK) written; dequant_rows_h the repacked rows read, 2 (+2)
 //   bytes per weight written; epilogue 4TN read (+4TN residual, +4N bias), 4TN written.
 #include "quant.cuh"
@@ -113,6 +114,46 @@ __global__ void dequant_rows_h(const void* __restrict__ pa, const void* __restri
 
 // out[t, n] = softcap?(y[t * ldy + n] * sx[t] + bias[n] + residual[t, n]); residual may alias out. ldy > N:
 // one weight's columns of a stacked GEMM's result (prefill.gemm_multi: Q/K/V or gate/up in one product).
+// The epilogue of a stacked GEMM (prefill.stacked_gemm) whose parts (Q/K/V) take only a bias: y [T, ldy]
+// holds the parts' columns back to back, part p's n_p columns go to out_p [T, n_p] (+ bias_p), with
+// gemm_epilogue's arithmetic; one launch for up to three parts instead of one each. total = T * (n0+n1+n2).
+extern "C" __global__ void gemm_epilogue_parts(const float* __restrict__ y, const float* __restrict__ sx,
+                                               int ldy, i64 total, float* o0, const float* __restrict__ b0,
+                                               int n0, float* o1, const float* __restrict__ b1, int n1,
+                                               float* o2, const float* __restrict__ b2, int n2) {
+    PDL_OPEN();
+    const int ns = n0 + n1 + n2;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const i64 t = i / ns;
+        const int c = (int)(i - t * ns);
+        float* o = o0;
+        const float* b = b0;
+        int n = n0, cc = c;
+        if (c >= n0 + n1) {
+            o = o2, b = b2, n = n2, cc = c - n0 - n1;
+        } else if (c >= n0) {
+            o = o1, b = b1, n = n1, cc = c - n0;
+        }
+        float v = y[t * ldy + c] * sx[t];  // exact: a power of two
+        if (b) v += b[cc];
+        o[t * n + cc] = v;
+    }
+}
+
+// The epilogue of a stacked gate/up GEMM (CudaOps.ffn_glu's prefill rows) with the GLU in it: y [T, 2F] holds
+// gate's F columns then up's, out [T, F] = act(gate) * up with gemm_epilogue's scaling and glu's formula
+// (elementwise.cu: the same bits as the two epilogues and the glu launch it replaces). total = T * F.
+extern "C" __global__ void gemm_epilogue_glu(const float* __restrict__ y, const float* __restrict__ sx, int F,
+                                             i64 total, int act, float* __restrict__ out) {
+    PDL_OPEN();
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const i64 t = i / F;
+        const int f = (int)(i - t * F);
+        const float g = y[t * 2 * F + f] * sx[t], u = y[t * 2 * F + F + f] * sx[t];
+        out[i] = glu_act(g, act) * u;
+    }
+}
+
 extern "C" __global__ void gemm_epilogue(const float* __restrict__ y, const float* __restrict__ sx,
                                          const float* __restrict__ bias, const float* residual, float* out,
                                          int N, int ldy, i64 total, float softcap) {

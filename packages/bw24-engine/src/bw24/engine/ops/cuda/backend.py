@@ -394,11 +394,22 @@ class CudaOps(Ops):
         return path == "q8" and all(w.qtype.name in Q8_TYPES for w in ws), W, R
 
     def ffn_glu(self, h, norm, eps: float, w_gate, w_up, act, *, x, g, u):
-        """Decode rows (T = 1) with glu_fuse on, when the gate/up matvec would run one-warp rows (W = 1) on
+        """Prefill rows (T > 16): gate and up as one stacked GEMM whose epilogue applies the GLU
+        (prefill.gemm_multi, gemm_epilogue_glu: two epilogues and a glu launch fewer, the same bits).
+        Decode rows (T = 1) with glu_fuse on, when the gate/up matvec would run one-warp rows (W = 1) on
         fp32 activations: one qmv_glu launch (the norm, both matvecs, act(g) * u and g's int8 rows, the
         bits of qmv3n + glu_q8). Otherwise norm_matmul_multi, then glu."""
         T, K = h.shape
         N = w_gate.n
+        if T > QMV_NT[-1] and w_gate.k == w_up.k == K:  # prefill: the GLU in the stacked GEMM's epilogue
+            from .prefill import gemm_multi
+
+            if act not in ACTIVATIONS:
+                raise ValueError(f"activation {act!r} not in {ACTIVATIONS}")
+            assert g.shape == u.shape == (T, N) and w_up.n == N, f"ffn_glu: gate {w_gate.shape}, up {w_up.shape}"
+            if not gemm_multi(self, (w_gate, w_up), h, (g, u), (None, None), norm=(norm, eps), glu=act):
+                self.glu(g, u, act, out=g)
+            return
         # (qmv_glu has qmv3n's in-kernel norm: with the norm unfused, verify rows would not match it)
         if self.glu_fuse and self.norm_fuse and T == 1 and act in ACTIVATIONS and w_up.n == N and N % 32 == 0 and K % 4 == 0 \
                 and w_gate.k == w_up.k == K and norm.shape == (K,) and h.flags.c_contiguous:

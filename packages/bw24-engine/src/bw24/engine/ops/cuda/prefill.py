@@ -124,10 +124,14 @@ def products(ops, wh, wl, xh, xl, yp: int, r: int, T: int, K: int, ldc: int, **b
     _cublas_gemm(ops, wh, xh, yp, r, T, K, ldc, _ONE, _ONE, **batched)
 
 
+def _epilogue_grid(n: int) -> tuple[int]:
+    return (max(1, min(math.ceil(n / 256), 8192)),)  # 256 threads a block, grid-stride past 8192 blocks
+
+
 def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=0.0, ldy: int | None = None) -> None:
     """out = softcap?(y * sx[row] + bias + residual) over n elements of rows of N; y's rows ldy apart (N
     unless y holds several weights' columns: gemm_multi)."""
-    ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue"), (max(1, min(math.ceil(n / 256), 8192)),), 256,
+    ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue"), _epilogue_grid(n), 256,
                 (y, sx, NULL if bias is None else bias, NULL if residual is None else residual, out,
                  np.int32(N), np.int32(ldy or N), np.int64(n), np.float32(softcap or 0.0)))
 
@@ -155,26 +159,33 @@ def gemm(ops, w, x, out, bias, residual, softcap, *, row0: int = 0, n: int | Non
                  to_half(ops, x, split, q8), split)
 
 
-def gemm_multi(ops, ws, x, outs, biases, norm=None) -> None:
+def gemm_multi(ops, ws, x, outs, biases, norm=None, glu: str | None = None) -> bool:
     """Q/K/V or gate/up of one x [T, K] (T > 16). Per class (x_class) of the weights, x is rounded and split
     once, and the class's weights run as one stacked weight (stacked_gemm): one set of GEMM products per
     row chunk instead of one per weight. Prefill is host-bound on small models (the 0.6B's pp512: 27 ms
     of wall time for 14.8 ms of kernels at 0d45897): Q/K/V in split precision were 3 conversions and 9
-    GEMM calls, now 1 and 3. norm = (weight, eps): x is the residual stream, normalized by the conversion."""
+    GEMM calls, now 1 and 3. norm = (weight, eps): x is the residual stream, normalized by the conversion.
+    glu = act, ws = (gate, up) of one class and shape, no biases: outs[0] receives act(gate) * up from the
+    epilogue itself (outs[1] is left unwritten) and the call returns True; else False, the caller's glu."""
     groups: dict[tuple[bool, bool], list] = {}
     for w, o, b in zip(ws, outs, biases, strict=True):
         assert w.k == x.shape[1], f"gemm_multi: W {w.shape} for x {x.shape}"
         groups.setdefault(x_class(ops, w), []).append((w, 0, w.n, o, b, None, 0.0))
+    fuse = glu is not None and len(groups) == 1 and len(ws) == 2 and ws[0].n == ws[1].n and not any(
+        b is not None for b in biases)
     for (q8, split), parts in groups.items():
         # shared scratch: the class's GEMMs are queued before the next class converts x
-        stacked_gemm(ops, parts, x.shape[0], to_half(ops, x, split, q8, norm), split)
+        stacked_gemm(ops, parts, x.shape[0], to_half(ops, x, split, q8, norm), split, glu=glu if fuse else None)
+    return fuse
 
 
-def stacked_gemm(ops, parts, T: int, xs, split: bool) -> None:
+def stacked_gemm(ops, parts, T: int, xs, split: bool, glu: str | None = None) -> None:
     """parts: (w, row0, n, out, bias, residual, softcap), rows [row0, row0 + n) of weights of one K, run as
     one weight of Ns = sum(n) rows against x converted (xs = (xh, xl, sx)): each row chunk (gemm_rows) is
     dequantized piece by piece from the parts it spans, one set of products writes its columns of
-    y [T, Ns], then each part's epilogue reads its own columns (ldy = Ns) into its out."""
+    y [T, Ns], then one epilogue launch reads them into the parts' outs (ldy = Ns): gemm_epilogue_parts
+    for up to three parts with at most a bias (Q/K/V), gemm_epilogue_glu writing act(gate) * up into the
+    first part's out (glu = act: parts are gate and up of one shape), gemm_epilogue per part otherwise."""
     xh, xl, sx = xs
     K = parts[0][0].k
     starts = [int(v) for v in np.cumsum([0] + [p[2] for p in parts])]
@@ -193,6 +204,21 @@ def stacked_gemm(ops, parts, T: int, xs, split: bool) -> None:
                     dequant(ops, w, np.uintp(wh.data.ptr + off), None if wl is None else np.uintp(wl.data.ptr + off),
                             b - a, row0=row0 + a - n0)
             products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, Ns)  # columns r0.. of [T, Ns]
+    if glu is not None:
+        from ..base import ACTIVATIONS
+
+        F = parts[0][2]
+        assert len(parts) == 2 and parts[1][2] == F and Ns == 2 * F, "gemm_epilogue_glu: gate and up of one shape"
+        ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue_glu"), _epilogue_grid(T * F), 256,
+                    (y, sx, np.int32(F), np.int64(T * F), np.int32(ACTIVATIONS.index(glu)), parts[0][3]))
+        return
+    if 1 < len(parts) <= 3 and all(res is None and not sc for *_, res, sc in parts):
+        args = []
+        for _, _, n, out, bias, *_ in parts + [(None, 0, 0, NULL, None, None, 0.0)] * (3 - len(parts)):
+            args += [out, NULL if bias is None else bias, np.int32(n)]
+        ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue_parts"), _epilogue_grid(T * Ns), 256,
+                    (y, sx, np.int32(Ns), np.int64(T * Ns), *args))
+        return
     for (_, _, n, out, bias, residual, softcap), n0 in zip(parts, starts, strict=False):
         epilogue(ops, y[n0:], sx, out, n, T * n, bias, residual, softcap, ldy=Ns)
 

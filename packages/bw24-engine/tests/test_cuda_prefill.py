@@ -164,7 +164,7 @@ def test_cuda_attention_routes_long_chunks_to_prefill(monkeypatch):
     assert seen == [17]
 
 
-def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
+def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch, helpers):
     """expert_ffn's host logic (busiest-first expert chunks, padded [ec, cm] row blocks, strided batches,
     scatter back to slot order) with NumPy in place of CuPy and exact products in place of the fp16
     GEMM pieces: every slot must get its own expert's FFN, whatever the chunking."""
@@ -180,9 +180,16 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
     sel = np.stack([rng.choice(X, k, replace=False, p=[.4, .3, .1, .1, .05, .05]) for _ in range(T)])
     sel = sel.astype(np.int32).reshape(-1)
 
-    def batched(ops, w, ex_d, n_e, rpe, K, xh, xl, cm, y):
-        for b, e in enumerate(ex_d):  # y [n_e*cm, rpe] row block b = x block b @ W[e]^T
-            y[b * cm * rpe:(b + 1) * cm * rpe] = (xh.reshape(n_e, cm, K)[b] @ w[e].T).ravel()
+    def batched(ops, w, ex_d, n_e, rpe, K, xh, xl, cm, yp, ldy):
+        y = _at(yp, np.float32, (n_e * cm - 1) * ldy + rpe)  # [n_e*cm, ldy] at yp, its first rpe columns
+        for b, e in enumerate(ex_d):  # row block b = x block b @ W[e]^T
+            blk = np.asarray(xh).reshape(n_e, cm, K)[b] @ w[e].T
+            for i in range(cm):
+                y[(b * cm + i) * ldy:(b * cm + i) * ldy + rpe] = blk[i]
+
+    def glu_epi(ops, y, sx, out, F_, R, act):  # prefill_gemm.cu gemm_epilogue_glu: y [R, 2F], gate | up
+        yy = np.asarray(y)[:R * 2 * F_].reshape(R, 2 * F_) * np.asarray(sx)[:R, None]
+        ref.glu(yy[:, :F_].copy(), yy[:, F_:].copy(), act, out=out)
 
     def epi(ops, y, sx, out, N, n):
         out.reshape(-1)[:n] = y[:n] * np.repeat(sx, N)[:n]
@@ -203,10 +210,11 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch):
     monkeypatch.setattr(moe_prefill, "_rows", rows)
     monkeypatch.setattr(moe_prefill, "to_half", lambda ops, a, split: (a.reshape(-1), None, np.ones(a.shape[0])))
     monkeypatch.setattr(moe_prefill, "epilogue", epi)
+    monkeypatch.setattr(moe_prefill, "glu_epilogue", glu_epi)
     monkeypatch.setattr(moe_prefill, "MOE_SCRATCH", 2 * E * F * 2 * 2)  # 2 experts a chunk: unequal paddings
     ref = RefOps()
-    ops = SimpleNamespace(cp=np, to_host=np.copy, stream=contextlib.nullcontext(), glu=ref.glu,
-                          prefill_precision="split", _buf=lambda key, n, dtype=np.float32: np.full(n, np.nan, dtype))
+    ops = SimpleNamespace(cp=np, to_host=np.copy, stream=contextlib.nullcontext(), prefill_precision="split",
+                          _buf=lambda key, n, dtype=np.float32: np.full(n, np.nan, dtype).view(helpers.HostDev))
     S = T * k
     d = np.full((S, E), np.nan, np.float32)
     moe_prefill.expert_ffn(ops, x, sel, ge, ue, de, k, "silu", d)

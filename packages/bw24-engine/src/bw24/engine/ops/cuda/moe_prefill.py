@@ -14,8 +14,8 @@ chunks per layer of ~25 host operations and three index uploads each), so: one u
 chunk's index arrays per layer, one gather and one scatter kernel per chunk (moe.cu moe_gather_rows /
 moe_scatter_rows, in place of CuPy's fill + fancy indexing), and 4x the dense prefill's weight scratch
 (qwen3-30b-a3b, 128 experts of 768x2048, split precision: 42 experts a chunk, 3-4 chunks a layer).
-Launches per chunk: gather, 2 x_to_half, 3 dequant, 3 (fp16) or 9 (split) GEMMs, 3 epilogues, glu,
-scatter.
+Launches per chunk: gather, 2 x_to_half, 3 dequant, 3 (fp16) or 9 (split) GEMMs, 2 epilogues (gate's and
+up's products side by side, the GLU in their epilogue), scatter.
 
 Shape legend: T tokens, E n_embd, F n_ff_expert, k n_used, X experts, cm padded rows per expert.
 """
@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .prefill import epilogue, is_split, products, to_half
+from .prefill import epilogue, glu_epilogue, is_split, products, to_half
 
 MOE_SCRATCH = 256 << 20  # bytes of dequantized fp16 expert weights (hi, and lo when split) per chunk
 ROWS_PER_TOKEN = 16  # padded activation rows per chunk <= this x (T + 8) (memory.plan counts 16 x max_batch)
@@ -50,15 +50,16 @@ def plan_chunks(counts: np.ndarray, T: int, ec: int) -> list[np.ndarray]:
     return chunks
 
 
-def _batched(ops, w, ex_d, n_e: int, rpe: int, K: int, xh, xl, cm: int, y) -> None:
-    """y [n_e * cm, rpe] = per expert b: x[b*cm : (b+1)*cm] @ W[ex[b]]^T (rpe rows of K each)."""
+def _batched(ops, w, ex_d, n_e: int, rpe: int, K: int, xh, xl, cm: int, yp: int, ldy: int) -> None:
+    """y [n_e * cm, ldy] at address yp, its first rpe columns = per expert b: x[b*cm : (b+1)*cm] @ W[ex[b]]^T
+    (rpe rows of K each)."""
     from .prefill import dequant
 
     wh = ops._buf("gemm_wh", n_e * rpe * K, np.float16)  # the dense prefill's scratch, grown (memory.plan)
     wl = ops._buf("gemm_wl", n_e * rpe * K, np.float16) if xl is not None else None
     dequant(ops, w, wh, wl, n_e * rpe, experts=ex_d, rpe=rpe)
-    products(ops, wh, wl, xh, xl, y.data.ptr, rpe, cm, K, rpe, batch=n_e, stride_w=rpe * K, stride_x=cm * K,
-             stride_y=cm * rpe)
+    products(ops, wh, wl, xh, xl, yp, rpe, cm, K, ldy, batch=n_e, stride_w=rpe * K, stride_x=cm * K,
+             stride_y=cm * ldy)
 
 
 def _rows(ops, kernel: str, a, rmap, R: int, n: int, b) -> None:
@@ -102,14 +103,15 @@ def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) 
         o += n_e + 2 * R
         xs = ops._buf("moe_xs", R * E).reshape(R, E)
         _rows(ops, "moe_gather_rows", x, gmap, R, E, xs)
-        g, u = ops._buf("moe_pg", R * F).reshape(R, F), ops._buf("moe_pu", R * F).reshape(R, F)
-        y, ds = ops._buf("moe_y", R * max(E, F)), ops._buf("moe_ds", R * E).reshape(R, E)
+        g = ops._buf("moe_pg", R * F).reshape(R, F)
+        y, ds = ops._buf("moe_y", R * max(E, 2 * F)), ops._buf("moe_ds", R * E).reshape(R, E)
         xh, xl, sx = to_half(ops, xs, split)
-        for w, dst in ((gate_exps, g), (up_exps, u)):
-            _batched(ops, w, ex_d, n_e, F, E, xh, xl, cm, y)
-            epilogue(ops, y, sx, dst, F, R * F)
-        ops.glu(g, u, act, out=g)  # [R, F]
+        # gate's and up's products side by side in y [R, 2F]; one epilogue applies the GLU into g (the
+        # arithmetic of two epilogues and glu: prefill_gemm.cu gemm_epilogue_glu)
+        for w, col in ((gate_exps, 0), (up_exps, F)):
+            _batched(ops, w, ex_d, n_e, F, E, xh, xl, cm, y.data.ptr + 4 * col, 2 * F)
+        glu_epilogue(ops, y, sx, g, F, R, act)  # [R, F]
         gh, gl, gs = to_half(ops, g, split)
-        _batched(ops, down_exps, ex_d, n_e, E, F, gh, gl, cm, y)
+        _batched(ops, down_exps, ex_d, n_e, E, F, gh, gl, cm, y.data.ptr, E)
         epilogue(ops, y, gs, ds, E, R * E)
         _rows(ops, "moe_scatter_rows", ds, smap, R, E, d)

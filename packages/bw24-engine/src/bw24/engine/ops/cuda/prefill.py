@@ -128,6 +128,14 @@ def _epilogue_grid(n: int) -> tuple[int]:
     return (max(1, min(math.ceil(n / 256), 8192)),)  # 256 threads a block, grid-stride past 8192 blocks
 
 
+def glu_epilogue(ops, y, sx, out, F: int, T: int, act: str) -> None:
+    """out [T, F] = act(gate) * up, gate and up the scaled columns [0, F) and [F, 2F) of y [T, 2F]."""
+    from ..base import ACTIVATIONS
+
+    ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue_glu"), _epilogue_grid(T * F), 256,
+                (y, sx, np.int32(F), np.int64(T * F), np.int32(ACTIVATIONS.index(act)), out))
+
+
 def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=0.0, ldy: int | None = None) -> None:
     """out = softcap?(y * sx[row] + bias + residual) over n elements of rows of N; y's rows ldy apart (N
     unless y holds several weights' columns: gemm_multi)."""
@@ -205,12 +213,9 @@ def stacked_gemm(ops, parts, T: int, xs, split: bool, glu: str | None = None) ->
                             b - a, row0=row0 + a - n0)
             products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, Ns)  # columns r0.. of [T, Ns]
     if glu is not None:
-        from ..base import ACTIVATIONS
-
         F = parts[0][2]
         assert len(parts) == 2 and parts[1][2] == F and Ns == 2 * F, "gemm_epilogue_glu: gate and up of one shape"
-        ops._launch(ops._k("prefill_gemm.cu", "gemm_epilogue_glu"), _epilogue_grid(T * F), 256,
-                    (y, sx, np.int32(F), np.int64(T * F), np.int32(ACTIVATIONS.index(glu)), parts[0][3]))
+        glu_epilogue(ops, y, sx, parts[0][3], F, T, glu)
         return
     if 1 < len(parts) <= 3 and all(res is None and not sc for *_, res, sc in parts):
         args = []

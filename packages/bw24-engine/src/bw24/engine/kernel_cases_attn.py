@@ -87,6 +87,31 @@ def fused(case: Case) -> Case:
     return run
 
 
+def sums(case: Case) -> Case:
+    """Run a case with the batched warp sums of the dot products (BW24_ATTN_SUMS: attention.cu warp_sum_many)."""
+    def run(name, ref, cu, rng):
+        with setting(cu, "attn_sums", True):
+            return case(name, ref, cu, rng)
+    return run
+
+
+def sums_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
+    """attn_split with warp_sum_many (BW24_ATTN_SUMS) gives the bits of the one-value warp_sum kernel: the
+    same butterfly tree for every sum."""
+    def run(name, ref, cu, rng):
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kc, vc), _ = half_cache(kc, vc, half)
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
+        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
+        got = {}
+        for on in (False, True):
+            got[on] = cu.zeros(q.shape)
+            with setting(cu, "attn_sums", on):
+                cu.attention(qd, kd, vd, _pos(cu, p0), out=got[on], **kw)
+        return compare(name, "exact", cu.to_host(got[True]), cu.to_host(got[False]))
+    return run
+
+
 def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:
     """The fused pass 2 (attn_split's last block) gives the separate attn_combine's bits, twice in a
     row (the tickets re-arm)."""
@@ -312,6 +337,17 @@ def cases() -> Iterator[tuple[str, Case]]:
                                    (256, 4, 3, 90, 2, False)):
         yield f"attn fused-combine +q8 out D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}", \
             fused(attn_q8_case(D, G, T, p0, Hkv, half))
+    # batched warp sums (BW24_ATTN_SUMS): G * KB = 32 (the 8B), 16 (the 0.6B, gemma3's D = 256), 64 in two
+    # batches (the 30B-A3B's G = 8), 8, and 24 / 40 (warp_sum per value); bitwise == the default kernel
+    for D, G, T, p0, Hkv, half, cap in ((128, 4, 1, 4000, 8, True, None), (128, 4, 5, 700, 8, False, None),
+                                        (128, 2, 5, 3000, 8, True, None), (128, 8, 1, 700, 4, True, None),
+                                        (256, 4, 2, 90, 2, False, 50.0), (128, 1, 3, 50, 2, False, None),
+                                        (64, 3, 9, 100, 2, True, None), (64, 5, 1, 1000, 2, False, None)):
+        yield f"attn sums == warp_sum bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}" \
+              f"{f' softcap={cap:g}' if cap else ''}", sums_equal_case(D, G, T, p0, None, cap, Hkv, half)
+    yield "attn sums D=128 G=4 T=1 pos=4000 half-KV", sums(attn_ref_case(128, 4, 1, 4000, half=True))
+    yield "attn sums rows==decode D=128 G=2 T=6 pos=500 half-KV", sums(attn_rows_case(128, 2, 6, 500, half=True))
+    yield "attn sums fused-combine D=128 G=8 T=4 pos=3000", sums(fused(attn_ref_case(128, 8, 4, 3000)))
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):
         for add in (False, True):
             yield f"rmsnorm_reg K={K}{' +add' if add else ''} rows=5", rmsnorm_rows_case(K, add)

@@ -46,6 +46,36 @@ __device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
     return ch * max(1, (n + ch * maxs - 1) / (ch * maxs));
 }
 
+// The warp sums of 2^LOGN values at once (v: this lane's share of each; v is clobbered). The first LOGN
+// steps of warp_sum's xor butterfly (offsets 16, 8, ...) halve the values a lane holds: it keeps the half
+// whose index bit matches its lane bit and adds its partner's share of it, one shuffle per kept value; the
+// remaining steps are warp_sum's. Every total is formed over the same lane pairs in the same tree as
+// warp_sum, so it has the same bits. Returns the total of index lane >> (5 - LOGN); 2^LOGN - 1 + 5 - LOGN
+// shuffles in all, where warp_sum takes 5 a value.
+template <int LOGN, int S = 0>
+__device__ __forceinline__ void warp_sum_halve(float (&v)[1 << LOGN], int lane) {
+    if constexpr (S < LOGN) {  // step S: offset 16 >> S; compile-time counts, so v stays in registers
+        constexpr int o = 16 >> S, half = (1 << LOGN) >> (S + 1);
+        const bool up = (lane & o) != 0;  // keeps index bit LOGN - 1 - S = 1
+#pragma unroll
+        for (int i = 0; i < half; ++i) {
+            const float a = v[i], b = v[i + half];
+            v[i] = (up ? b : a) + __shfl_xor_sync(FULL_MASK, up ? a : b, o);
+        }
+        warp_sum_halve<LOGN, S + 1>(v, lane);
+    }
+}
+
+template <int LOGN>
+__device__ __forceinline__ float warp_sum_many(float (&v)[1 << LOGN], int lane) {
+    static_assert(LOGN >= 1 && LOGN <= 5, "2 to 32 values");
+    warp_sum_halve<LOGN>(v, lane);
+    float r = v[0];
+#pragma unroll
+    for (int o = 16 >> LOGN; o > 0; o >>= 1) r += __shfl_xor_sync(FULL_MASK, r, o);
+    return r;
+}
+
 // P consecutive floats into registers with the widest aligned loads (p is 4*P-byte aligned).
 template <int P>
 __device__ __forceinline__ void load_row(float (&r)[P], const float* __restrict__ p) {
@@ -271,9 +301,42 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
                 load_row<PV>(vr[k], vb + (i64)j * DV);
             }
         }
+#ifdef BW24_ATTN_SUMS  // CudaOps.attn_sums (BW24_ATTN_SUMS=1), opt-in until measured
+        // the round's G * KB dot products: this lane's share, then their warp sums in batches of NB values
+        // (32, or all of them when fewer and a power of two; warp_sum_many): ~2 shuffles a value instead of
+        // warp_sum's 5 (the 8B: 63 instead of 160 a round), the same bits; other counts (G = 3, 5, 6, 7)
+        // take warp_sum per value.
+        constexpr int NS = G * KB, NB = NS % 32 == 0 ? 32 : NS;
+        constexpr int LOGNS = NB == 32 ? 5 : NB == 16 ? 4 : NB == 8 ? 3 : NB == 4 ? 2 : NB == 2 ? 1 : -1;
+        float dots[NS];
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int k = 0; k < KB; ++k) {
+                float d = 0.f;
+#pragma unroll
+                for (int e = 0; e < PD; ++e) d = fmaf(qr[g][e], kr[k][e], d);
+                dots[g * KB + k] = d;
+            }
+        if constexpr (LOGNS > 0) {
+#pragma unroll
+            for (int b0 = 0; b0 < NS; b0 += NB) {
+                float part[NB];
+#pragma unroll
+                for (int i = 0; i < NB; ++i) part[i] = dots[b0 + i];
+                const float r = warp_sum_many<LOGNS>(part, lane);
+#pragma unroll
+                for (int i = 0; i < NB; ++i) dots[b0 + i] = __shfl_sync(FULL_MASK, r, i << (5 - LOGNS));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NS; ++i) dots[i] = warp_sum(dots[i]);
+        }
+#endif
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             float sc[KB];
+#ifndef BW24_ATTN_SUMS
 #pragma unroll
             for (int k = 0; k < KB; ++k) {
                 float d = 0.f;
@@ -281,10 +344,15 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
                 for (int e = 0; e < PD; ++e) d = fmaf(qr[g][e], kr[k][e], d);
                 sc[k] = d;
             }
+#endif
             float mx = m[g];
 #pragma unroll
             for (int k = 0; k < KB; ++k) {
+#ifdef BW24_ATTN_SUMS
+                float v = dots[g * KB + k] * scale;
+#else
                 float v = warp_sum(sc[k]) * scale;
+#endif
                 if (softcap > 0.f) v = softcap * tanhf(v / softcap);
                 sc[k] = r0 + k < j1 ? v : -INFINITY;
                 mx = fmaxf(mx, sc[k]);

@@ -121,6 +121,11 @@ class CudaOps(Ops):
     # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
     # "no_attn_fuse"). Forced on at ca80b31 (+ int8 rows): slower, the 8B 437.1 vs 470.4, the 0.6B 1091 vs 1128.
     attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
+    # The decode / verify attention's dot products summed across the warp G * KB at a time (attention.cu
+    # warp_sum_many: each lane keeps half of its values at each butterfly step; the 8B's round takes 63
+    # shuffles instead of 160, the same bits). At depth 4096 the attention was ~2x llama.cpp's cost a token
+    # (the 8B: 553 vs 281 us, ca80b31). BW24_ATTN_SUMS=1; perf rows record "attn_sums". Opt-in until measured.
+    attn_sums = os.environ.get("BW24_ATTN_SUMS", "0") == "1"
     attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
@@ -153,6 +158,7 @@ class CudaOps(Ops):
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
+                                      ("attn_sums", self.attn_sums),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("glu_fuse", self.glu_fuse), ("norm_fuse", self.norm_fuse),
@@ -205,6 +211,8 @@ class CudaOps(Ops):
         defines = (("BW24_PLANTED_BUG", 1),) if self.variant == "planted_bug" else ()
         if self.pdl:
             defines += (("BW24_PDL", 1),)
+        if self.attn_sums and file == "attention.cu":
+            defines += (("BW24_ATTN_SUMS", 1),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

@@ -6,13 +6,11 @@ real backend runs the same gate on the GPU (test_cuda_gpu.py, `bw24 run-gen --ba
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 from bw24.engine.engine import Engine
 from bw24.engine.ops.ref import RefOps
-from bw24.engine.ops.ref_int8 import DropLastGroupInDecode, Int8RefOps
+from bw24.engine.ops.ref_int8 import DropLastGroupInDecode, ExactSwitch, Int8RefOps
 
 
 def _wide(w, k: int) -> bool:  # like the cuda rule K >= 2048, scaled to the tiny model
@@ -105,22 +103,14 @@ def test_canary_half_cache_decode_storing_a_wrong_key_fails_the_gate(tiny):
 
 # ---- fp16 prefill products (cuda's BW24_PREFILL=fp16): the rounded half holds them ------------------------
 
-class Fp16PrefillRef(RefOps):
+class Fp16PrefillRef(ExactSwitch, RefOps):
     """The reference whose prefill matmuls (T > 1) take float16 x and W, as cuda's fp16 GEMMs do, except
     inside exact_activations (the cuda backend switches to split products there); rotten: a prefill
     that also drops W's last 16 columns (a wrong chunk width), the canary."""
 
     def __init__(self, rotten: bool = False) -> None:
         super().__init__()
-        self.exact, self.rotten = False, rotten
-
-    @contextmanager
-    def exact_activations(self):
-        old, self.exact = self.exact, True
-        try:
-            yield
-        finally:
-            self.exact = old
+        self.rotten = rotten
 
     def rounded_paths(self) -> list[str]:
         return ["fp16-prefill"]

@@ -25,13 +25,11 @@ def cuda_policy(w, k: int) -> bool:
     return w.data.ndim == 2 and default_path(w.qtype.name, w.data.shape[0], k) == "q8"
 
 
-class Int8RefOps(RefOps):
-    name = "cpu-int8"
-    quantizes_activations = True
+class ExactSwitch:
+    """`exact`, raised by exact_activations() for its block: a reference backend that rounds outside it
+    (mixed in ahead of RefOps)."""
 
-    def __init__(self, rounds: Callable[[object, int], bool] = cuda_policy) -> None:
-        super().__init__()
-        self.rounds, self.exact, self.rounded = rounds, False, 0
+    exact = False
 
     @contextmanager
     def exact_activations(self):
@@ -40,6 +38,15 @@ class Int8RefOps(RefOps):
             yield
         finally:
             self.exact = old
+
+
+class Int8RefOps(ExactSwitch, RefOps):
+    name = "cpu-int8"
+    quantizes_activations = True
+
+    def __init__(self, rounds: Callable[[object, int], bool] = cuda_policy) -> None:
+        super().__init__()
+        self.rounds, self.rounded = rounds, 0
 
     def round_x(self, x: np.ndarray) -> np.ndarray:
         """x as the q8 kernels see it (a subclass may plant a bug here: the gate's canary)."""

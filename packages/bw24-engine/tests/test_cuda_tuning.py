@@ -54,3 +54,13 @@ def test_out_of_space_entry_falls_back_instead_of_launching_it(tmp_path):
     t = load_tuning(tmp_path, H200)
     d = default_qmv(4096, 4096)
     assert QmvConfigs(t).get(Q.Q8_0, 4096, 4096) == (d["warps"], d["rows"])
+
+
+def test_default_qmv_small_weights_take_one_row_a_block():
+    """A weight of fewer than SMALL_N rows (a MoE router, 128 x 2048 in F32) gets one row per block, so its
+    launch has N blocks rather than N / 4; W (the summation order) is the rule's for its K as before."""
+    from bw24.engine.ops.cuda.launch import SMALL_N
+
+    assert default_qmv(128, 2048) == {"warps": 1, "rows": 1}
+    assert default_qmv(SMALL_N - 1, 4096) == {"warps": 4, "rows": 1}
+    assert default_qmv(SMALL_N, 4096) == {"warps": 4, "rows": 8} and default_qmv(4096, 1024) == {"warps": 1, "rows": 4}

@@ -26,11 +26,18 @@ PATHS = ("f32", "q8")
 Q8_TYPES = frozenset(q.name for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K))
 
 
+# Below this many rows a weight's blocks take one row each (a MoE router: 128 rows): R rows a block left
+# such a launch with N / R blocks for 132 SMs (32 for the 30B-A3B's router, a stage of every layer's
+# dependency chain). R never changes a row's bits (the summation order depends on W and K only).
+SMALL_N = 1024
+
+
 def default_qmv(n: int, k: int) -> dict:
     """Built-in default (first H200 sweep, evidence/matvec_sweep_h200_run1.txt): K >= 3072 wants
-    4 warps splitting K and many rows sharing each activation load; K = 1024 one warp, 4 rows."""
+    4 warps splitting K and many rows sharing each activation load; K = 1024 one warp, 4 rows; fewer
+    than SMALL_N rows, one row a block."""
     g = k // 32
-    return {"warps": 4 if g >= 96 else 1, "rows": 8 if g >= 128 else 4}
+    return {"warps": 4 if g >= 96 else 1, "rows": 1 if n < SMALL_N else 8 if g >= 128 else 4}
 
 
 def check_config(cfg: dict) -> tuple[int, int]:

@@ -226,7 +226,7 @@ class _PlanOps:
 
         self.dev, self.params = helpers.HostDev, helpers.kernel_params  # conftest
         self.verify_rows, self._q8_ready, self.calls, self.args = None, None, [], []
-        self.norm_fuse, self.glu_fuse = True, False
+        self.norm_fuse = True
         self._rope_tabs, self._capturing = {}, False
         self.qmv_configs = SimpleNamespace(plan=plan)
 
@@ -378,39 +378,6 @@ def test_rope_attention_dispatch(helpers):
     assert run(True, rope_dim=96)[0][0] == "rope_kv"  # neox partner lanes 12 apart: not a power of two
     assert not attn.rope_fusable(128, 128, 130, "neox") and attn.rope_fusable(64, 64, 32, "neox")
     assert not attn.rope_fusable(32, 32, 32, "norm")  # one dim per lane: a "norm" pair would span lanes
-
-
-def test_ffn_glu_dispatch(helpers, monkeypatch):
-    """ffn_glu: with glu_fuse on, a decode row (T = 1) whose gate/up pair runs one-warp rows on fp32 activations
-    is one qmv_glu launch (h, the norm weight, both weights' planes, act, g and its int8 rows, marked for the
-    down projection); every other case (off, T > 1, W > 1, the q8 path) is the unfused norm_matmul_multi + glu."""
-    from types import SimpleNamespace
-
-    from bw24.engine.ops.base import Ops
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    fallback = []
-    monkeypatch.setattr(Ops, "ffn_glu", lambda self, h, *a, **kw: fallback.append(h.shape[0]))
-
-    def run(on, T=1, W=1, path="f32", K=1024, N=3072, norm_fuse=True):
-        ops = _PlanOps(lambda qt, n, k: (path, W, 4), helpers)
-        ops.glu_fuse, ops.norm_fuse = on, norm_fuse
-        w = [SimpleNamespace(n=N, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0)) for _ in range(2)]
-        h, xb = (np.zeros((T, K), np.float32).view(helpers.HostDev) for _ in range(2))
-        g, u = (np.zeros((T, N), np.float32).view(helpers.HostDev) for _ in range(2))
-        nw = np.ones(K, np.float32).view(helpers.HostDev)
-        fallback.clear()
-        CudaOps.ffn_glu(ops, h, nw, 1e-6, w[0], w[1], "silu", x=xb, g=g, u=u)
-        fused = ops.calls == ["qmv_glu"] and ops.args[0][0] is h and ops.args[0][1] is nw
-        return fused, ops._q8_ready == (g.data.ptr, 1, N), list(fallback)
-
-    assert run(True) == (True, True, [])
-    assert run(False) == (False, False, [1])
-    assert run(True, T=2) == (False, False, [2])
-    assert run(True, W=4) == (False, False, [1])  # two-warp-or-more rows: their order is not one warp's
-    assert run(True, path="q8", K=2048) == (False, False, [1])
-    assert run(True, N=3000) == (False, False, [1])  # not whole 32-row blocks
-    assert run(True, norm_fuse=False) == (False, False, [1])  # its norm is qmv3n's: off without BW24_NORM_FUSE=1
 
 
 def test_verify_sweep_f32_combos_and_shapes():

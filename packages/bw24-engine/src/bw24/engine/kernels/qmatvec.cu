@@ -57,7 +57,7 @@ __device__ __forceinline__ void qmv_group(const GRaw<FMT> (&raw)[R], const float
     }
 }
 
-// One thread's share of a row's sum of squares: float4s i, i + stride, ... in order (norm_scales, qmv_glu).
+// One thread's share of a row's sum of squares: float4s i, i + stride, ... in order (norm_scales).
 __device__ __forceinline__ float sumsq_share(const float* __restrict__ row, int K, int i, int stride) {
     const float4* v = reinterpret_cast<const float4*>(row);
     float ss = 0.f;
@@ -182,72 +182,6 @@ qmv3n(const float* __restrict__ h, const float* __restrict__ nw, float eps, int 
     else
         qmv_rows<F2, W, R, NT, true>(Planes{a2, b2, c2, d2}, h, K, N2, T, bias2, nullptr, out2, 0.f,
                                      (b - nb0 - nb1) * R, red, nw, eps, rn);
-}
-
-// Decode (T = 1) of a small model's fp32-activation FFN front in one launch (ops/cuda/backend.py ffn_glu,
-// BW24_GLU_FUSE=1): x = rmsnorm(h) * nw, g = x Wg^T, u = x Wu^T, out = act(g) * u and out's int8 groups.
-// It computes the bits of qmv3n at W = 1 followed by glu_q8, so verify rows (which take those two
-// launches) stay equal to decode: block b owns rows 32b .. 32b + 31 of gate and of up; warp w computes
-// GLU_ROWS of each as a one-warp qmv block does (the norm's scale as norm_scales<1, 1> forms it; lane
-// walks groups lane, lane + 32, ...; a warp butterfly ends the row); then warp 0 applies glu_act and
-// quantizes the block's 32 outputs, one group (glu_q8's arithmetic). N % 32 == 0.
-#define GLU_ROWS 8
-template <int F0, int F1>
-__global__ void __launch_bounds__(128)
-qmv_glu(const float* __restrict__ h, const float* __restrict__ nw, float eps, int K, int N,
-        const void* a0, const void* b0, const void* c0, const void* d0,
-        const void* a1, const void* b1, const void* c1, const void* d1,
-        int act, float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs) {
-    PDL_TRIGGER();  // the wait follows the first weight loads
-    __shared__ float hs[32];
-    constexpr int R = GLU_ROWS;
-    const Planes pg{a0, b0, c0, d0}, pu{a1, b1, c1, d1};
-    const int lane = threadIdx.x & 31, row0 = blockIdx.x * 32 + (threadIdx.x >> 5) * R, G = K >> 5;
-    float ag[R][1], au[R][1];
-#pragma unroll
-    for (int r = 0; r < R; ++r) ag[r][0] = au[r][0] = 0.f;
-    float rn[1];
-    const NormIn nrm{nw, rn};
-#ifdef BW24_PDL
-    {
-        GRaw<F0> fg[R];
-        GRaw<F1> fu[R];
-        if (lane < G) {
-            load_rows<F0, R>(pg, row0, N, lane, K, fg);
-            load_rows<F1, R>(pu, row0, N, lane, K, fu);
-        }
-        PDL_WAIT();
-        rn[0] = rsqrtf(warp_sum(sumsq_share(h, K, lane, 32)) / (float)K + eps);
-        if (lane < G) {
-            qmv_group<F0, R, 1, true>(fg, h, K, 1, lane, ag, nrm);
-            qmv_group<F1, R, 1, true>(fu, h, K, 1, lane, au, nrm);
-        }
-    }
-    const int g0 = lane + 32;
-#else
-    rn[0] = rsqrtf(warp_sum(sumsq_share(h, K, lane, 32)) / (float)K + eps);
-    const int g0 = lane;
-#endif
-    for (int g = g0; g < G; g += 32) {
-        GRaw<F0> rg[R];
-        GRaw<F1> ru[R];
-        load_rows<F0, R>(pg, row0, N, g, K, rg);
-        load_rows<F1, R>(pu, row0, N, g, K, ru);
-        qmv_group<F0, R, 1, true>(rg, h, K, 1, g, ag, nrm);
-        qmv_group<F1, R, 1, true>(ru, h, K, 1, g, au, nrm);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const float gv = warp_sum(ag[r][0]), uv = warp_sum(au[r][0]);
-        if (lane == 0) hs[(threadIdx.x >> 5) * R + r] = glu_act(gv, act) * uv;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const i64 o = (i64)blockIdx.x * 32 + lane;
-        const float v = hs[lane];
-        out[o] = v;
-        quant_group32(v, lane, xq + (i64)blockIdx.x * 32, xs + blockIdx.x);
-    }
 }
 
 // Dequantize rows [row0, row0 + rows) of a repacked weight to fp32 [rows, K] (prefill GEMM input

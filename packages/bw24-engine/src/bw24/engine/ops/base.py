@@ -129,7 +129,8 @@ class Ops(ABC):
     def ffn_glu(self, h: Any, norm: Any, eps: float, w_gate: Any, w_up: Any, act: str, *, x: Any, g: Any,
                 u: Any) -> None:
         """g = act(x Wg^T) * (x Wu^T) with x = rmsnorm(h) * norm: a dense FFN up to its down projection.
-        A backend may fuse it (cuda: qmv_glu); x and u are scratch, their contents unspecified afterwards."""
+        A backend may fuse it (cuda: the GLU in prefill's GEMM epilogue); x and u are scratch, their contents
+        unspecified afterwards."""
         self.norm_matmul_multi(h, norm, eps, (w_gate, w_up), x=x, outs=(g, u))
         self.glu(g, u, act, out=g)
 

@@ -134,12 +134,6 @@ class CudaOps(Ops):
     # launch runs one row per block (_verify_plan), so every block re-reads all T rows of h for their
     # scales, and the 0.6B's 5-token verify went from 2750 us (3.0 decode steps, 0d45897) to 4583 (5.2).
     norm_fuse = os.environ.get("BW24_NORM_FUSE", "0") == "1"
-    # A small model's decode FFN front (input norm, gate, up, GLU and the int8 rows for the down projection)
-    # in one qmv_glu launch instead of qmv3n + glu_q8, where the gate/up matvec runs one-warp rows on fp32
-    # activations (ffn_glu): the same bits (verify rows take the two launches). Opt-in: at ca80b31 slower on
-    # the 0.6B (988 vs 1128 tok/s: one warp a row of gate and up has less parallelism), equal on the 8B.
-    # It computes qmv3n's norm, so it runs only with BW24_NORM_FUSE=1 as well.
-    glu_fuse = os.environ.get("BW24_GLU_FUSE", "0") == "1"
     # Prefill GEMM precision (ops/cuda/prefill.py): "auto" (default) runs split (fp32-like) products for the
     # weights whose decode keeps fp32 activations: three fp16 GEMMs a product, hi and lo weight halves. That
     # is every weight of a mixture-of-experts model (the 30B-A3B's pp512 was 0.41x llama.cpp at ca80b31) and
@@ -161,7 +155,7 @@ class CudaOps(Ops):
                                       ("attn_sums", self.attn_sums),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
-                                      ("glu_fuse", self.glu_fuse), ("norm_fuse", self.norm_fuse),
+                                      ("norm_fuse", self.norm_fuse),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_fp16", self.prefill_env == "fp16"),
@@ -404,9 +398,8 @@ class CudaOps(Ops):
     def ffn_glu(self, h, norm, eps: float, w_gate, w_up, act, *, x, g, u):
         """Prefill rows (T > 16): gate and up as one stacked GEMM whose epilogue applies the GLU
         (prefill.gemm_multi, gemm_epilogue_glu: two epilogues and a glu launch fewer, the same bits).
-        Decode rows (T = 1) with glu_fuse on, when the gate/up matvec would run one-warp rows (W = 1) on
-        fp32 activations: one qmv_glu launch (the norm, both matvecs, act(g) * u and g's int8 rows, the
-        bits of qmv3n + glu_q8). Otherwise norm_matmul_multi, then glu."""
+        Otherwise norm_matmul_multi, then glu. (Decode's front in one qmv_glu launch, BW24_GLU_FUSE, was
+        measured slower at ca80b31, 988 vs 1128 tok/s on the 0.6B, and removed.)"""
         T, K = h.shape
         N = w_gate.n
         if T > QMV_NT[-1] and w_gate.k == w_up.k == K:  # prefill: the GLU in the stacked GEMM's epilogue
@@ -418,19 +411,6 @@ class CudaOps(Ops):
             if not gemm_multi(self, (w_gate, w_up), h, (g, u), (None, None), norm=(norm, eps), glu=act):
                 self.glu(g, u, act, out=g)
             return
-        # (qmv_glu has qmv3n's in-kernel norm: with the norm unfused, verify rows would not match it)
-        if self.glu_fuse and self.norm_fuse and T == 1 and act in ACTIVATIONS and w_up.n == N and N % 32 == 0 and K % 4 == 0 \
-                and w_gate.k == w_up.k == K and norm.shape == (K,) and h.flags.c_contiguous:
-            from . import q8
-
-            on_q8, W, _ = self._multi_plan((w_gate, w_up), K)  # matmul_multi's config for the pair
-            if W == 1 and not on_q8 and q8.fusable(g):
-                xq, xs = q8.buffers(self, 1, N)
-                self._launch(self._k("qmatvec.cu", f"qmv_glu<{w_gate.fmt},{w_up.fmt}>"), (N // 32,), 128,
-                             (h, norm, np.float32(eps), _i32(K), _i32(N), *w_gate.args(), *w_up.args(),
-                              _i32(ACTIVATIONS.index(act)), g, xq, xs))
-                q8.mark_ready(self, g.reshape(1, N))
-                return
         Ops.ffn_glu(self, h, norm, eps, w_gate, w_up, act, x=x, g=g, u=u)
 
     def norm_matmul_multi(self, h, norm, eps: float, ws, *, x, outs, biases=None):

@@ -30,7 +30,6 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     + ("qmv3<7,7,7,4,8,1>", "qmv3<7,7,9,4,8,1>", "qmv3<3,3,3,4,8,1>", "qmv3<4,4,4,4,8,1>", "qmv3<7,7,7,1,4,1>")
     # the input RMSNorm inside (norm_matmul_multi): the 0.6B's Q/K/V and gate/up, smollm2's, a verify bucket
     + ("qmv3n<7,7,7,1,4,1>", "qmv3n<7,7,9,1,4,1>", "qmv3n<3,3,3,4,8,1>", "qmv3n<7,7,7,1,1,8>", "qmv3n<3,3,3,4,1,8>")
-    + ("qmv_glu<7,7>", "qmv_glu<3,3>", "qmv_glu<8,8>", "qmv_glu<9,9>")  # BW24_GLU_FUSE: decode FFN front
     + tuple(f"dequant_rows<{f}>" for f in range(10)),
     # q8 path (off until the tuning table selects it): the built-in (W, R) defaults per format and NT;
     # when the table picks other q8 configs, add them here so CI compiles what is dispatched.

@@ -28,6 +28,7 @@ Nothing here is graph-captured (prefill runs eagerly; CuPy cannot capture cuBLAS
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -196,7 +197,7 @@ def stacked_gemm(ops, parts, T: int, xs, split: bool, glu: str | None = None) ->
     first part's out (glu = act: parts are gate and up of one shape), gemm_epilogue per part otherwise."""
     xh, xl, sx = xs
     K = parts[0][0].k
-    starts = [int(v) for v in np.cumsum([0] + [p[2] for p in parts])]
+    starts = list(itertools.accumulate((p[2] for p in parts), initial=0))  # (host-bound: no numpy for 3 ints)
     Ns = starts[-1]
     rows = min(Ns, gemm_rows(K, split))
     wh = ops._buf("gemm_wh", rows * K, np.float16)

@@ -193,7 +193,7 @@ class Engine:
         if by:
             rounded = (Drift.of(self._last_logits(ids, True), b), Drift.of(self._last_logits(ids, False), b))
         return VerifyResult(pa, pb, float(np.max(np.abs(a - b))), float(a[pa] - a[pb]), self.ops.verify_tolerance,
-                            rounded, by or "int8-activation")
+                            rounded, by)
 
     @contextmanager
     def _exact_cache(self, n: int) -> Iterator[None]:

@@ -69,8 +69,7 @@ class CudaOps(Ops):
             self.qmv_configs.force_path, self.prefill_precision = old
 
     def rounded_paths(self) -> list[str]:
-        names = ["int8-activation"] if self.quantizes_activations else []
-        return names + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
+        return super().rounded_paths() + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
     # Speculative verify: are batched rows (T <= 16) bit-identical to decode steps? A measured claim,
     # never assumed: `benchmarks/spec_bench.py OUT --cells exact` checks it on the device (re-run after
     # any matvec/attention/norm kernel change). Measured YES on the H200 at 4a5c2e7 (smollm2, T = 2..16,
@@ -121,12 +120,12 @@ class CudaOps(Ops):
     # the whole step); BW24_ATTN_FUSE=1 / 0 forces it on / off for a run (rows record "attn_fuse" /
     # "no_attn_fuse"). Forced on at ca80b31 (+ int8 rows): slower, the 8B 437.1 vs 470.4, the 0.6B 1091 vs 1128.
     attn_fuse_env = os.environ.get("BW24_ATTN_FUSE")
+    attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
     # The decode / verify attention's dot products summed across the warp G * KB at a time (attention.cu
     # warp_sum_many: each lane keeps half of its values at each butterfly step; the 8B's round takes 63
     # shuffles instead of 160, the same bits). At depth 4096 the attention was ~2x llama.cpp's cost a token
     # (the 8B: 553 vs 281 us, ca80b31). BW24_ATTN_SUMS=1; perf rows record "attn_sums". Opt-in until measured.
     attn_sums = os.environ.get("BW24_ATTN_SUMS", "0") == "1"
-    attn_fuse = None if attn_fuse_env is None else attn_fuse_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at

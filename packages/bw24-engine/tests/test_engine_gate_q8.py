@@ -101,6 +101,34 @@ def test_canary_half_cache_decode_storing_a_wrong_key_fails_the_gate(tiny):
     assert not r.ok and r.line().endswith("MISMATCH")
 
 
+def test_half_cache_drift_over_the_fixed_bound_is_held_to_the_caches_own_rounding(tiny, monkeypatch):
+    """A float16 cache's drift over Q8_GATE_NMSE (forced here by a tiny fixed bound; the synthetic
+    qwen3-30b-a3b's router does it on the GPU, 0.003 at a6dcfe3): the gate measures the cache's rounding
+    alone with the exact kernels and holds the rounded forwards to KV_DRIFT_FACTOR times that."""
+    from bw24.engine import engine
+
+    monkeypatch.setattr(engine, "Q8_GATE_NMSE", 1e-15)
+    r = tiny(HalfCacheRef())
+    p, d = r.rounded
+    assert r.kv_alone is not None and r.kv_alone > 1e-15  # the rounding alone moves the logits this much
+    assert p.bound == d.bound == engine.KV_DRIFT_FACTOR * r.kv_alone
+    assert min(p.nmse, d.nmse) > 1e-15 and p.ok and d.ok
+    assert r.ok and "the KV rounding alone" in r.line() and r.line().endswith("MATCH")
+
+
+def test_canary_the_caches_own_rounding_does_not_excuse_a_wrong_key(tiny, monkeypatch):
+    """The calibration runs on a float32 cache and the exact kernels, so the broken float16 store is not in
+    it: the wrong key fails against the fixed bound and against the calibrated one alike."""
+    from bw24.engine import engine
+
+    r = tiny(HalfCacheBrokenDecode())
+    assert r.kv_alone is not None and r.rounded[1].bound == engine.Q8_GATE_NMSE  # the rounding alone is tiny
+    monkeypatch.setattr(engine, "Q8_GATE_NMSE", 1e-15)
+    r = tiny(HalfCacheBrokenDecode())
+    assert r.kv_alone is not None and not r.rounded[1].ok and not r.ok
+    assert r.rounded[1].nmse > 100 * r.rounded[1].bound
+
+
 # ---- fp16 prefill products (cuda's BW24_PREFILL=fp16): the rounded half holds them ------------------------
 
 class Fp16PrefillRef(ExactSwitch, RefOps):

@@ -56,6 +56,11 @@ class KVCache:
         (hkv, _, d), dv = self.k[0].shape, self.v[0].shape[2]
         return KVCache(self.ops, len(self.k), hkv, d, dv, n_ctx, dtype)
 
+    def round_to(self, dtype) -> None:
+        """Every key and value rounded to dtype's grid, in place (the cache keeps its element)."""
+        for a in (*self.k, *self.v):
+            self.ops.round_to(a, dtype)
+
     @property
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in (*self.k, *self.v))

@@ -74,6 +74,11 @@ class Ops(ABC):
     def copy_from_host(self, dst: Any, src: np.ndarray) -> None:
         """dst[...] = src (same shape and dtype)."""
 
+    def round_to(self, a: Any, dtype) -> None:
+        """a's values rounded to dtype's grid in place (a keeps its element; the gate's calibration of
+        a float16 KV cache, engine.Engine._grid_cache_logits)."""
+        a[...] = a.astype(dtype)
+
     def synchronize(self) -> None:
         """Wait for queued work (no-op for synchronous backends)."""
         return None

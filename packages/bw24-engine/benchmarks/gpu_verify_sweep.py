@@ -1,7 +1,8 @@
 """What a T-token q8 matvec (speculative verify, issue 8) costs against the decode launch (T = 1) at the
 8B's shapes, per rows-per-block R and groups in flight (QMV8_VERIFY_UNROLL), on one GPU call; with
 --path f32, the fp32-activation matvec (qmv) at the small models' shapes (K < 2048: the qwen3-0.6b and the
-qwen2.5-coder-1.5b target of the real draft pair), per R (the rule there is R = 1).
+qwen2.5-coder-1.5b target of the real draft pair), per R (the rule there: launch.f32_verify_rows, from
+this sweep's run at a6dcfe3).
 
     python packages/bw24-engine/benchmarks/gpu_verify_sweep.py OUTDIR [--ts 1,2,3,4,5,8,9] [--rows 1,2,4,8]
         [--path q8|f32]

@@ -197,7 +197,7 @@ def test_moe_models_decode_on_fp32_activations():
 def test_verify_launch_plan_exact_token_count_and_rows():
     """A T-token q8 matvec launches NT = T up to 8 (no padded token slots), then the 16 bucket; its rows
     per block keep R * NT <= 32 accumulators; decode keeps its table R; the f32 path keeps its buckets
-    with one row per block; the sweep's override (CudaOps.verify_rows) wins for q8 only."""
+    with rows by quant type and K; the sweep's override (CudaOps.verify_rows) wins on both paths."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda.backend import CudaOps
@@ -210,8 +210,16 @@ def test_verify_launch_plan_exact_token_count_and_rows():
     assert CudaOps._verify_plan(ops, "q8", 1, 8) == (1, 8)
     assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 4)
     assert CudaOps._verify_plan(ops, "q8", 12, 8) == (16, 2)
-    assert CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
     assert CudaOps._verify_plan(ops, "f32", 1, 4) == (1, 4)
+    # f32 path (launch.f32_verify_rows, the a6dcfe3 sweep): Q4_K 4 rows, any Q6_K part 2, K < 1024 or
+    # another format 1; R * NT stays within the kernel's 64 accumulators up to the 16-token bucket
+    q4, q6, q8_0 = (SimpleNamespace(qtype=t) for t in (Q.Q4_K, Q.Q6_K, Q.Q8_0))
+    assert CudaOps._verify_plan(ops, "f32", 5, 8, (q4,), 1024) == (8, 4)
+    assert CudaOps._verify_plan(ops, "f32", 5, 8, (q4, q4, q6), 1536) == (8, 2)
+    assert CudaOps._verify_plan(ops, "f32", 12, 8, (q4,), 2048) == (16, 4)
+    assert CudaOps._verify_plan(ops, "f32", 5, 8, (q4,), 576) == (8, 1)  # smollm2's K
+    assert CudaOps._verify_plan(ops, "f32", 5, 8, (q4, q8_0), 1024) == (8, 1)
+    assert CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 1)
     ops.verify_rows = 8
     assert CudaOps._verify_plan(ops, "q8", 5, 8) == (5, 8) and CudaOps._verify_plan(ops, "f32", 5, 8) == (8, 8)
     assert CudaOps._verify_plan(ops, "f32", 1, 4) == (1, 4)  # the sweep's override: T > 1 rows of either path
@@ -230,10 +238,10 @@ class _PlanOps:
         self._rope_tabs, self._capturing = {}, False
         self.qmv_configs = SimpleNamespace(plan=plan)
 
-    def _verify_plan(self, path, T, R):
+    def _verify_plan(self, path, T, R, ws=(), K=0):
         from bw24.engine.ops.cuda.backend import CudaOps
 
-        return CudaOps._verify_plan(self, path, T, R)
+        return CudaOps._verify_plan(self, path, T, R, ws, K)
 
     def _multi_plan(self, ws, K):
         from bw24.engine.ops.cuda.backend import CudaOps

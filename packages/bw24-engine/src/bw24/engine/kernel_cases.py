@@ -88,6 +88,37 @@ def decode_verify_case(qt, cfg) -> Case:
     return run
 
 
+def f32_verify_case(qts, k: int) -> Case:
+    """The fp32-path verify launch, whose rows a block launch.f32_verify_rows picks by quant type and K (4 for
+    Q4_K, 2 with a Q6_K part, from K = 1024), gives rows bit-identical to T = 1 launches: one weight (qmv),
+    or two or three of one input (qmv3, a Q/K/V with a Q6_K V), row counts that leave a partial block."""
+    def run(name, ref, cu, rng):
+        ns = (67, 45, 30)[: len(qts)]
+        ws = [cu.load_weight(_weight(qt, n, k, rng, f"{name}.w{i}")) for i, (qt, n) in enumerate(zip(qts, ns, strict=True))]
+        x = _dev(cu, rng.standard_normal((11, k)).astype(np.float32))
+
+        def rows(a, b):
+            outs = [cu.zeros((b - a, n)) for n in ns]
+            if len(ws) == 1:
+                cu.matmul(ws[0], x[a:b], out=outs[0])
+            else:
+                cu.matmul_multi(ws, x[a:b], outs=outs)
+            return np.concatenate([cu.to_host(o) for o in outs], axis=1)
+
+        for qt in set(qts):
+            cu.set_launch_config("qmatvec", qt.name, {"warps": 1, "rows": 4, "path": "f32"})
+        try:
+            got, want = [], []
+            for T in (5, 11):  # the 8 and 16 buckets
+                got.append(rows(0, T))
+                want += [rows(t, t + 1) for t in range(T)]
+            return compare(name, "exact", np.concatenate(got), np.concatenate(want))
+        finally:
+            for qt in set(qts):
+                cu.set_launch_config("qmatvec", qt.name, None)
+    return run
+
+
 def embed_case(qt) -> Case:
     def run(name, ref, cu, rng):
         v, k = 77, _k_for(qt)
@@ -350,6 +381,9 @@ def cases() -> Iterator[tuple[str, Case]]:
                     (Q.Q4_1, {"warps": 8, "rows": 4})):
         yield f"decode==verify bitwise {qt.name:<5} N=67 K=4352 W={cfg['warps']} R={cfg['rows']}", \
             decode_verify_case(qt, cfg)
+    for qts in ((Q.Q4_K,), (Q.Q6_K,), (Q.Q4_K, Q.Q4_K, Q.Q6_K), (Q.Q4_K, Q.Q4_K)):
+        yield f"f32 decode==verify bitwise {'+'.join(q.name for q in qts)} K=1024 (launch.f32_verify_rows)", \
+            f32_verify_case(qts, 1024)
     yield "logits Q8_0 V=1001 K=576", logits_case(None)
     yield "logits Q8_0 V=1001 K=576 softcap=30", logits_case(30.0)
     for shape, add in (((3, 576), False), ((2, 1000), True), ((5, 7, 64), False), ((1, 2048), True)):

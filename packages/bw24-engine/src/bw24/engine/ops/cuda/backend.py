@@ -355,19 +355,20 @@ class CudaOps(Ops):
         n = out.size
         self._launch(self._k("elementwise.cu", "add"), (min(math.ceil(n / 256), 4096),), 256, (x, y, out, np.int64(n)))
 
-    def _verify_plan(self, path: str, T: int, R: int) -> tuple[int, int]:
-        """(NT, R) of a T-token matvec launch whose decode config has R rows per block. T = 1: (1, R).
-        q8 path (ops/cuda/q8.py): NT = T exactly up to 8, R from q8.verify_rows (or the sweep's
-        override, self.verify_rows). f32 path: NT the bucket QMV_NT, one row per block (keeping the decode
-        R was measured on the H200 at d294954: smollm2's T=5 verify 1.84 -> 2.35 ms), or self.verify_rows
-        (gpu_verify_sweep.py --path f32)."""
+    def _verify_plan(self, path: str, T: int, R: int, ws=(), K: int = 0) -> tuple[int, int]:
+        """(NT, R) of a T-token matvec launch over weights ws (rows K long) whose decode config has R rows
+        per block. T = 1: (1, R). q8 path (ops/cuda/q8.py): NT = T exactly up to 8, R from q8.verify_rows.
+        f32 path: NT the bucket QMV_NT, R from launch.f32_verify_rows (by quant type and K). Either R may be
+        overridden by self.verify_rows (gpu_verify_sweep.py). R never changes a row's bits."""
         if T == 1:
             return 1, R
         if path == "q8":
             from . import q8
 
             return q8.q8_nt(T), self.verify_rows or q8.verify_rows(T)
-        return next(n for n in QMV_NT if T <= n), self.verify_rows or 1
+        from .launch import f32_verify_rows
+
+        return next(n for n in QMV_NT if T <= n), self.verify_rows or f32_verify_rows([w.qtype for w in ws], K)
 
     def matmul(self, w: QWeight, x, *, out, bias=None, residual=None, softcap: float = 0.0):
         T, K = x.shape
@@ -378,7 +379,7 @@ class CudaOps(Ops):
             assert residual.shape == out.shape and residual.flags.c_contiguous
         if T <= QMV_NT[-1]:
             path, W, R = self.qmv_configs.plan(w.qtype, N, K)
-            nt, R = self._verify_plan(path, T, R)
+            nt, R = self._verify_plan(path, T, R, (w,), K)
             if path == "q8":  # int8 activations + dp4a (ops/cuda/q8.py, kernels/qmatvec_q8.cu)
                 from . import q8
 
@@ -446,7 +447,7 @@ class CudaOps(Ops):
         if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
             return super().matmul_multi(ws, normed() if norm else x, outs=outs, biases=biases)
         q8, W, R = self._multi_plan(ws, K)
-        nt, R = self._verify_plan("q8" if q8 else "f32", T, R)
+        nt, R = self._verify_plan("q8" if q8 else "f32", T, R, ws, K)
         parts = list(zip(ws, outs, biases, strict=True))
         if len(parts) == 2:
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)

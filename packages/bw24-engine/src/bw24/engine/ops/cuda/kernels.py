@@ -27,6 +27,11 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "qmatvec.cu": tuple(f"qmv<{f},{w},{r},1>" for f in (3, 4, 7, 9) for w, r in QMV_CONFIGS[:4])
     + tuple(f"qmv<{f},{w},2,1>" for f in (0, 1, 2, 5, 6, 8) for w in (1, 4))
     + tuple(f"qmv<{f},4,1,{nt}>" for f in (3, 7, 9) for nt in QMV_NT[1:])
+    # verify rows of the fp32 path (launch.f32_verify_rows): Q4_K 4 rows, Q6_K (or a Q6_K part) 2; the 0.6B's
+    # (W = 1) and qwen2.5-coder-1.5b's (W = 4) Q/K/V and gate/up, the 1.5b's wo, in the 8 bucket (K = 4..7
+    # drafts; the other buckets compile on first use: these are the slowest instances to build)
+    + tuple(f"qmv<{f},4,{r},8>" for f, r in ((7, 4), (9, 2)))
+    + tuple(f"qmv3<7,7,{f},{w},{r},8>" for f, w, r in ((7, 1, 4), (9, 1, 2), (9, 4, 2)))
     + ("qmv3<7,7,7,4,8,1>", "qmv3<7,7,9,4,8,1>", "qmv3<3,3,3,4,8,1>", "qmv3<4,4,4,4,8,1>", "qmv3<7,7,7,1,4,1>")
     # the input RMSNorm inside (norm_matmul_multi): the 0.6B's Q/K/V and gate/up, smollm2's, a verify bucket
     + ("qmv3n<7,7,7,1,4,1>", "qmv3n<7,7,9,1,4,1>", "qmv3n<3,3,3,4,8,1>", "qmv3n<7,7,7,1,1,8>", "qmv3n<3,3,3,4,1,8>")

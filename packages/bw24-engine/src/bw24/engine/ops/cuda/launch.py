@@ -5,7 +5,7 @@ R rows per block share each activation load. Sources, first match wins: an overr
 workbench sweep (set_launch_config), the device's tuning table (bw24/engine/tuning/<key>.json,
 shape "NxK" then the quant type's default), then built-in defaults (default_qmv).
 W fixes the summation order of a row, so a weight is always launched with one W whatever T is;
-R only changes how rows are grouped, and T > 1 launches use R = 1 (registers: R*NT accumulators).
+R only changes how rows are grouped; a T > 1 launch takes its R from f32_verify_rows (registers: R*NT accumulators).
 "path" picks the kernel family: "f32" (qmv: fp32 activations) or "q8" (qmv8 in qmatvec_q8.cu:
 activations quantized to int8 per 32-group, dp4a). The path is a policy of the weight's shape
 (default_path), not of the table: the prefill GEMM rounds its activations exactly as the q8 path
@@ -30,6 +30,24 @@ Q8_TYPES = frozenset(q.name for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.
 # such a launch with N / R blocks for 132 SMs (32 for the 30B-A3B's router, a stage of every layer's
 # dependency chain). R never changes a row's bits (the summation order depends on W and K only).
 SMALL_N = 1024
+
+
+# Rows per block of a T > 1 (speculative verify) fp32-activation matvec. H200 sweep at a6dcfe3
+# (evidence/verify_sweep_h200_a6dcfe3_f32.log: the 0.6B's and qwen2.5-coder-1.5b's shapes, K = 1024 and 1536,
+# T = 2..9, every config first checked bit-identical to T = 1 launches): Q4_K is fastest at R = 4 at every
+# shape and T (T = 5: 2.2-3.9x a decode launch, against 5.0-8.7x at R = 1, the rule until then); Q6_K at R = 2
+# (R = 4 loses from T = 8 on: 340 vs 155 us on the 1.5b's gate+up). A launch with a Q6_K part (a Q/K/V with a
+# Q6_K V) takes 2. Other formats, unswept, and K < 1024 keep R = 1: smollm2's (K = 576) T = 5 verify ran
+# slower with its decode R (1.84 -> 2.35 ms, d294954).
+F32_VERIFY_MIN_K = 1024
+
+
+def f32_verify_rows(qtypes, k: int) -> int:
+    """R of a T > 1 fp32-activation matvec launch over weights of these quant types (rows K long)."""
+    names = {q.name for q in qtypes}
+    if k < F32_VERIFY_MIN_K or not names <= {"Q4_K", "Q6_K"}:
+        return 1
+    return 2 if "Q6_K" in names else 4
 
 
 def default_qmv(n: int, k: int) -> dict:

@@ -171,21 +171,63 @@ def test_attn_gemm_env_is_checked(monkeypatch):
         CudaOps()
 
 
-def test_prefill_attention_dispatch_mma(monkeypatch):
-    """BW24_ATTN_MMA=1: a float16 cache at a compiled head dim (64, 128) takes the tensor-core flash kernel
-    (ops/cuda/attn_mma.py) before the GEMM rule; a float32 cache or another head dim (gemma3's 256) does not."""
+def _dispatch(monkeypatch, ops, cases):
+    """Where CudaOps._attention_prefill sends each (T, H, D, cache dtype, n_keys) chunk: mma, gemm or flash."""
     from bw24.engine.ops.cuda import attn_mma, prefill
-    from bw24.engine.ops.cuda.backend import CudaOps
 
     seen = []
     monkeypatch.setattr(attn_mma, "attention", lambda *a, **kw: seen.append("mma"))
     monkeypatch.setattr(attn_gemm, "attention", lambda *a, **kw: seen.append("gemm"))
     monkeypatch.setattr(prefill, "attention", lambda *a, **kw: seen.append("flash"))
+    for T, H, D, dtype, n_keys in cases:
+        q, kc = np.zeros((T, H, D), np.float32), np.zeros((8, 4096, D), dtype)
+        ops._attention_prefill(q, kc, kc, None, scale=1.0, softcap=None, window=None, out=None, n_keys=n_keys)
+    return seen
+
+
+def _ops(gemm_env: str, mma_env: str):
+    from bw24.engine.ops.cuda.backend import CudaOps
+
     ops = CudaOps.__new__(CudaOps)
-    ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto, ops.attn_mma = "1", True, False, True
-    for D, dtype in ((128, np.float16), (64, np.float16), (128, np.float32), (256, np.float16), (96, np.float16)):
-        q, kc = np.zeros((512, 32, D), np.float32), np.zeros((8, 4096, D), dtype)
-        ops._attention_prefill(q, kc, kc, None, scale=1.0, softcap=None, window=None, out=None, n_keys=512)
-    assert seen == ["mma", "mma", "flash", "gemm", "gemm"]
-    assert "attn_mma" in ops.opt_in()
+    ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto = gemm_env, gemm_env == "1", gemm_env not in ("0", "1")
+    ops.attn_mma_env, ops.attn_mma, ops.attn_mma_auto = mma_env, mma_env == "1", mma_env == "auto"
+    return ops
+
+
+def test_prefill_attention_dispatch_mma(monkeypatch):
+    """BW24_ATTN_MMA=1: a float16 cache at a compiled head dim (64, 128) takes the tensor-core flash kernel
+    (ops/cuda/attn_mma.py) before the GEMM rule; a float32 cache or another head dim (gemma3's 256) does not."""
+    from bw24.engine.ops.cuda import attn_mma
+
+    ops = _ops("1", "1")
+    cases = [(512, 32, D, dtype, 512) for D, dtype in ((128, np.float16), (64, np.float16), (128, np.float32),
+                                                        (256, np.float16), (96, np.float16))]
+    assert _dispatch(monkeypatch, ops, cases) == ["mma", "mma", "flash", "gemm", "gemm"]
+    assert "attn_mma" in ops.opt_in() and "no_attn_mma" not in ops.opt_in()
     assert attn_mma.instances() == ("attn_mma<64,64>", "attn_mma<128,128>")
+
+
+@pytest.mark.parametrize("gemm_env,mma_env,want", [
+    ("auto", "auto", ["mma", "flash", "mma", "gemm"]),   # the defaults: mma where the GEMM rule would take GEMM
+    ("auto", "0", ["gemm", "flash", "gemm", "gemm"]),    # BW24_ATTN_MMA=0: the GEMM path as before a6dcfe3
+    ("1", "auto", ["gemm", "gemm", "gemm", "gemm"]),     # BW24_ATTN_GEMM=1 forces GEMM (kernel_check's cases)
+    ("0", "auto", ["flash", "flash", "flash", "flash"]), # BW24_ATTN_GEMM=0: no auto rule, so no auto mma
+    ("auto", "1", ["mma", "mma", "mma", "gemm"]),        # every usable chunk
+])
+def test_prefill_attention_dispatch_mma_auto(monkeypatch, gemm_env, mma_env, want):
+    """BW24_ATTN_MMA=auto (the default) replaces the GEMM path by the tensor-core flash kernel for the chunks
+    the GEMM rule picks (the 8B's pp512: 2^23 score elements), keeps the CUDA-core flash kernel below it (the
+    0.6B's pp512: 2^22, where mma measured 16.3k vs 28.7k tok/s); a head dim without an instance keeps GEMM."""
+    cases = [(512, 32, 128, np.float16, 512), (512, 16, 128, np.float16, 512), (512, 16, 64, np.float16, 1024),
+             (512, 32, 256, np.float16, 512)]
+    ops = _ops(gemm_env, mma_env)
+    assert _dispatch(monkeypatch, ops, cases) == want
+    assert ("no_attn_mma" in ops.opt_in()) == (mma_env == "0") and ("attn_mma" in ops.opt_in()) == (mma_env == "1")
+
+
+def test_attn_mma_env_is_checked(monkeypatch):
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    monkeypatch.setattr(CudaOps, "attn_mma_env", "on")
+    with pytest.raises(ValueError, match="BW24_ATTN_MMA='on'"):
+        CudaOps()

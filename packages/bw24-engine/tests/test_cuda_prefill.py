@@ -434,7 +434,7 @@ class _EpilogueOps:
 
 def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
     """BW24_PREFILL sets CudaOps.prefill_precision (a bad value is a clear error naming the variable); perf
-    rows record fp16 / split; the gate's exact half runs split products and reports no fp16 rounding, the
+    rows record auto / split (fp16 is the default); the gate's exact half runs split products and reports no fp16 rounding, the
     backend's own forwards report it (engine.verify_prefill's rounded half)."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
@@ -444,13 +444,16 @@ def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
     ops = CudaOps.__new__(CudaOps)
     ops.prefill_env = ops.prefill_precision = "fp16"
     ops.qmv_configs, ops.quantizes_activations = SimpleNamespace(force_path=None), True
-    assert "prefill_fp16" in ops.opt_in() and "prefill_split" not in ops.opt_in()
+    assert not {"prefill_fp16", "prefill_auto", "prefill_split"} & set(ops.opt_in())  # fp16: the default
     assert ops.rounded_paths() == ["int8-activation", "fp16-prefill"]
     with ops.exact_activations():
         assert (ops.prefill_precision, ops.qmv_configs.force_path) == ("split", "f32")
         assert prefill.is_split(ops, q8=False) and prefill.is_split(ops, q8=True)
     assert (ops.prefill_precision, ops.qmv_configs.force_path) == ("fp16", None)
     assert not prefill.is_split(ops, q8=False)  # an MoE model's experts: one fp16 GEMM a product
+    ops.prefill_env = ops.prefill_precision = "auto"  # the default until a6dcfe3: split where decode is fp32
+    assert "prefill_auto" in ops.opt_in() and prefill.is_split(ops, q8=False) and not prefill.is_split(ops, q8=True)
+    assert ops.rounded_paths() == ["int8-activation"]
 
 
 def test_prefill_scratch_env(monkeypatch):

@@ -103,10 +103,16 @@ class CudaOps(Ops):
     attn_gemm = attn_gemm_env == "1"  # every chunk (kernel_check's GEMM cases set it)
     attn_gemm_auto = attn_gemm_env not in ("0", "1")
     # Prefill attention from a float16 cache in one tensor-core flash kernel (ops/cuda/attn_mma.py,
-    # kernels/attention_mma.cu: float16 q and probabilities, float32 sums), in place of both the flash
-    # CUDA-core kernel (6.8 of the 0.6B's 13.4 ms of pp512 kernel time at ca80b31) and the GEMM path.
-    # BW24_ATTN_MMA=1 turns it on (perf rows record "attn_mma"); opt-in until measured on the H200.
-    attn_mma = os.environ.get("BW24_ATTN_MMA", "0") == "1"
+    # kernels/attention_mma.cu: float16 q and probabilities, float32 sums). BW24_ATTN_MMA: "auto" (default)
+    # takes it in place of the GEMM path, for the chunks where the GEMM rule above would (one launch instead
+    # of ~7 host calls and no score matrix); "1" for every chunk, "0" never (perf rows record "attn_mma" /
+    # "no_attn_mma"). H200 at a6dcfe3 (kernel_check's ten mma cases green, run-gen MATCH; perf rows
+    # "+attn_mma" ran it for every chunk): the 8B's pp512 16,605 tok/s, pp4096 14,324 (GEMM path at
+    # ca80b31: 14,338 / 11,292), the 0.6B's pp4096 21,585 (22,180); but the 0.6B's pp512, whose chunk is
+    # below the GEMM rule's size and runs the CUDA-core flash kernel by default, 16,294 against 28,723.
+    attn_mma_env = os.environ.get("BW24_ATTN_MMA", "auto")
+    attn_mma = attn_mma_env == "1"  # every chunk (kernel_check's mma cases set it)
+    attn_mma_auto = attn_mma_env == "auto"
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
     # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
     # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
@@ -130,16 +136,19 @@ class CudaOps(Ops):
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
     # 286: under PDL a launch overlaps the kernel ahead) and cost speculative verify dearly: a T-token
-    # launch runs one row per block (_verify_plan), so every block re-reads all T rows of h for their
+    # launch then ran one row per block (_verify_plan), so every block re-read all T rows of h for their
     # scales, and the 0.6B's 5-token verify went from 2750 us (3.0 decode steps, 0d45897) to 4583 (5.2).
     norm_fuse = os.environ.get("BW24_NORM_FUSE", "0") == "1"
-    # Prefill GEMM precision (ops/cuda/prefill.py): "auto" (default) runs split (fp32-like) products for the
-    # weights whose decode keeps fp32 activations: three fp16 GEMMs a product, hi and lo weight halves. That
-    # is every weight of a mixture-of-experts model (the 30B-A3B's pp512 was 0.41x llama.cpp at ca80b31) and
-    # a small model's K < 2048 ones. BW24_PREFILL=fp16 runs one fp16 GEMM for every weight, as llama.cpp's
-    # prefill does; the gate then holds the prefill to its rounded half (engine.Drift). Perf rows record
-    # "prefill_fp16" / "prefill_split". Opt-in until measured.
-    prefill_env = os.environ.get("BW24_PREFILL", "auto")
+    # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
+    # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
+    # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
+    # activations: every weight of a mixture-of-experts model and a small model's K < 2048 ones; "split"
+    # for every weight. Perf rows record "prefill_auto" / "prefill_split" ("prefill_fp16" before a6dcfe3's
+    # measurements made it the default). H200 at a6dcfe3 (run-gen MATCH on smollm2 and the 8B; the 30B's
+    # fp16 prefill drift 0.0019): the 0.6B's pp512 34,865 tok/s against 28,723 with "auto" (ca80b31); the
+    # 8B the same either way (its weights all take fp16 under "auto": K >= 2048); the 0.6B's pp4096 18,037
+    # on the GEMM attention path but 22,229 with the tensor-core kernel that now takes its place.
+    prefill_env = os.environ.get("BW24_PREFILL", "fp16")
     # Bytes of dequantized fp16 weight a prefill GEMM chunk (prefill.PREFILL_SCRATCH, 64 MiB), in MiB for a
     # measured run: a chunk within the L2 (50 MiB on the H200) may be read back by cuBLAS from L2 and
     # rewritten there by the next chunk's dequantization without going through HBM (at ca80b31 the 8B's
@@ -151,13 +160,14 @@ class CudaOps(Ops):
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
+                                      ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
-                                      ("prefill_fp16", self.prefill_env == "fp16"),
+                                      ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env)) if on]
 
@@ -167,6 +177,8 @@ class CudaOps(Ops):
 
         if self.attn_gemm_env not in ("auto", "0", "1"):
             raise ValueError(f"BW24_ATTN_GEMM={self.attn_gemm_env!r}: use auto (the default), 1 or 0")
+        if self.attn_mma_env not in ("auto", "0", "1"):
+            raise ValueError(f"BW24_ATTN_MMA={self.attn_mma_env!r}: use auto (the default), 1 or 0")
         if self.prefill_env not in PRECISIONS:
             raise ValueError(f"BW24_PREFILL={self.prefill_env!r}: use one of {', '.join(PRECISIONS)}")
         if self.prefill_scratch_env is not None:
@@ -191,7 +203,7 @@ class CudaOps(Ops):
         self.use_graphs = use_graphs
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
-        # prefill GEMM: "auto", "split" (fp32-like) or "fp16" (ops/cuda/prefill.py; BW24_PREFILL, above)
+        # prefill GEMM: "fp16", "auto" or "split" (fp32-like) (ops/cuda/prefill.py; BW24_PREFILL, above)
         self.prefill_precision = self.prefill_env
         self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
@@ -549,11 +561,13 @@ class CudaOps(Ops):
         from . import attn_gemm, attn_mma
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
-        if self.attn_mma and attn_mma.usable(q, k_cache, v_cache):
+        # the GEMM rule's "auto" choice: a chunk big enough that one of the tensor-core paths beats flash
+        big = self.attn_gemm_auto and n_keys is not None and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys)
+        mma = self.attn_mma or (self.attn_mma_auto and big and not self.attn_gemm)  # BW24_ATTN_GEMM=1 wins auto
+        if mma and attn_mma.usable(q, k_cache, v_cache):
             attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
             return
-        if attn_gemm.usable(q, k_cache, v_cache, n_keys) and (
-                self.attn_gemm or (self.attn_gemm_auto and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys))):
+        if attn_gemm.usable(q, k_cache, v_cache, n_keys) and (self.attn_gemm or big):
             attn_gemm.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,
                                 out=out, n_keys=n_keys)
             return

@@ -2,15 +2,16 @@
 (kernels/prefill_gemm.cu) and flash-style causal attention (kernels/attention_prefill.cu).
 
 GEMM precision (CudaOps.prefill_precision, from BW24_PREFILL; numbers: benchmarks/emulate_fp16_prefill.py):
-- "auto" (default): "fp16" for a weight whose decode matvec runs on int8 activations (below), else
+- "auto": "fp16" for a weight whose decode matvec runs on int8 activations (below), else
   "split". Prefill then has the precision class of decode weight by weight: int8 activations carry a
   relative error of ~0.5% per 32-group (RMS), 10x fp16's, so a third of the tensor-core work buys
   nothing the decode keeps. Whether both paths stay within the int8 class is the gate's q8 check
-  (engine.verify_prefill).
+  (engine.verify_prefill). The default until a6dcfe3.
 - "split": x = sx (xh + xl), W = wh + 2^-11 wl with fp16 halves; y = wh.xh + wh.xl +
   2^-11 wl.xh in three fp16 tensor-core GEMMs with fp32 accumulation. Relative error ~2^-21 per
   product, like fp32, so the run-gen gate keeps its 1e-2 logit tolerance.
-- "fp16": y = wh.xh only (3x fewer FLOPs). fp16 keeps 11 significant bits; a dequantized weight is
+- "fp16" (default since a6dcfe3's H200 run: the 0.6B's pp512 34.9k vs 28.7k tok/s, the gate MATCH): y = wh.xh
+  only (3x fewer FLOPs). fp16 keeps 11 significant bits; a dequantized weight is
   (d*sc)*q - dmin*m (Q4_K/Q5_K), d*sc*q (Q6_K), d*q (Q8_0/Q4_0/Q5_0), d*q + m (Q4_1) with d an fp16
   and sc/m 6-bit (or int8) scales: the products need up to ~21 bits, so wh is rounded (relative error
   <= 2^-11 = 4.9e-4 per weight; only F16 weights are exact), and x likewise. Measured (CPU-emulated):

@@ -337,6 +337,39 @@ def test_attention_q8_output_dispatch(helpers):
     assert run(True, 16, 128, fuse=0, forced=True)[0] == ["attn_split", "attn_combine"]  # the override wins
 
 
+def test_attention_split_heads_dispatch(helpers):
+    """BW24_ATTN_SPLIT_HEADS (cu.attn_split_heads): a kv head's 8 q heads go to two attn_split blocks of 4
+    (the G = 4 instance, grid.x = 2 Hkv; the fused pass 2's tickets one per head group); G <= 4 and the
+    default keep one block a kv head. The combine and the partials are per head, unchanged."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import attn
+
+    assert [attn.head_groups(G, True) for G in (1, 2, 4, 5, 7, 8)] == [1, 1, 1, 1, 1, 2]
+    assert attn.head_groups(8, False) == 1
+
+    def run(split, H, Hkv, T=1, fuse=0):
+        launches, bufs = [], {}
+        cu = _PlanOps(None, helpers)
+        cu.attn_q8, cu.attn_override, cu.attn_fuse, cu.attn_split_heads = False, {"fuse_combine": fuse}, None, split
+        cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
+        cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], tuple(grid)))
+        cu._buf = lambda key, n, dtype=np.float32, zeroed=False: bufs.setdefault(key, n) and np.zeros(n, dtype).view(
+            helpers.HostDev)
+        S = 64
+        q, out = (np.zeros((T, H, 128), np.float32).view(helpers.HostDev) for _ in range(2))
+        kc, vc = (np.zeros((Hkv, S, 128), np.float16).view(helpers.HostDev) for _ in range(2))
+        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32).view(helpers.HostDev), scale=1.0, softcap=None,
+                       window=None, out=out)
+        return launches, bufs.get("attn_tickets")
+
+    assert run(True, 32, 4)[0] == [("attn_split<128,128,4,32,__half>", (8, 2, 1)), ("attn_combine", (32, 1))]
+    assert run(False, 32, 4)[0] == [("attn_split<128,128,8,32,__half>", (4, 2, 1)), ("attn_combine", (32, 1))]
+    assert run(True, 32, 8)[0][0] == ("attn_split<128,128,4,32,__half>", (8, 2, 1))  # G = 4: nothing to split
+    launches, tickets = run(True, 64, 8, T=20, fuse=1)
+    assert launches == [("attn_split<128,128,4,32,__half>", (16, 2, 20))] and tickets == 20 * 16
+
+
 def test_rope_attention_dispatch(helpers):
     """CudaOps.rope_attention: one attention launch of the ROPE instance (rope arguments: the raw k / v
     rows, the norms, the cache as its write target) for decode / verify rows with rope_attn on and a

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
-from .ops.cuda.attn import ATTN_CHUNK, default_max_splits
+from .ops.cuda.attn import ATTN_CHUNK, default_max_splits, head_groups
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
 
@@ -92,6 +92,37 @@ def sums(case: Case) -> Case:
     def run(name, ref, cu, rng):
         with setting(cu, "attn_sums", True):
             return case(name, ref, cu, rng)
+    return run
+
+
+def split_heads(case: Case) -> Case:
+    """Run a case with a kv head's q heads over several attn_split blocks (BW24_ATTN_SPLIT_HEADS)."""
+    def run(name, ref, cu, rng):
+        with setting(cu, "attn_split_heads", True):
+            return case(name, ref, cu, rng)
+    return run
+
+
+def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None) -> Case:
+    """attn_split with a kv head's G q heads over head_groups(G) blocks gives the one-block kernel's bits,
+    with the separate or the fused pass 2 (whose tickets are then per head group), twice in a row."""
+    def run(name, ref, cu, rng):
+        if head_groups(G, True) == 1:
+            return Result(name + " (no head groups at this G: nothing split)", "exact", float("inf"), float("inf"))
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kc, vc), _ = half_cache(kc, vc, half)
+        kw = dict(scale=D ** -0.5, softcap=None, window=window)
+        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
+        base = getattr(cu, "attn_override", None) or {}
+        got = {False: [], True: []}
+        with setting(cu, "attn_override", {**base, "fuse_combine": int(fuse)}):
+            for on in (False, True):
+                with setting(cu, "attn_split_heads", on):
+                    for _ in range(2):
+                        got[on].append(cu.zeros(q.shape))
+                        cu.attention(qd, kd, vd, _pos(cu, p0), out=got[on][-1], **kw)
+        return compare(name, "exact", np.concatenate([cu.to_host(o) for o in got[True]]),
+                       np.concatenate([cu.to_host(o) for o in got[False]]))
     return run
 
 
@@ -348,6 +379,20 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn sums D=128 G=4 T=1 pos=4000 half-KV", sums(attn_ref_case(128, 4, 1, 4000, half=True))
     yield "attn sums rows==decode D=128 G=2 T=6 pos=500 half-KV", sums(attn_rows_case(128, 2, 6, 500, half=True))
     yield "attn sums fused-combine D=128 G=8 T=4 pos=3000", sums(fused(attn_ref_case(128, 8, 4, 3000)))
+    # a kv head's 8 q heads over two blocks (BW24_ATTN_SPLIT_HEADS: the 30B-A3B's 32/4, the 32B's 64/8): the
+    # same bits as one block, one split or many, separate or fused pass 2; against the reference, with the
+    # int8 output rows, and verify rows == decode
+    for T, p0, Hkv, half, fuse, win in ((1, 63, 4, True, False, None), (1, 4000, 4, True, False, None),
+                                        (5, 700, 8, True, False, None), (16, 3000, 4, False, False, None),
+                                        (1, 4000, 4, True, True, None), (5, 700, 4, False, True, 256)):
+        yield f"attn split heads == one block bitwise D=128 G=8 Hkv={Hkv} T={T} pos={p0}" \
+              f"{' half-KV' if half else ''}{' fused' if fuse else ''}{f' window={win}' if win else ''}", \
+            split_heads_equal_case(128, 8, T, p0, Hkv, half, fuse, win)
+    yield "attn split heads D=128 G=8 Hkv=4 T=4 pos=3000 half-KV", split_heads(attn_ref_case(128, 8, 4, 3000, Hkv=4,
+                                                                                             half=True))
+    yield "attn split heads +q8 out D=128 G=8 Hkv=4 T=1 pos=700", split_heads(attn_q8_case(128, 8, 1, 700, 4))
+    yield "attn split heads rows==decode D=128 G=8 Hkv=4 T=6 pos=500 half-KV", \
+        split_heads(attn_rows_case(128, 8, 6, 500, Hkv=4, half=True))
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):
         for add in (False, True):
             yield f"rmsnorm_reg K={K}{' +add' if add else ''} rows=5", rmsnorm_rows_case(K, add)

@@ -251,7 +251,11 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
     constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
     static_assert(KB >= 1 && CH % (NW * KB) == 0, "CH must be a multiple of the keys per round");
-    const int hk = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
+    // grid.x = Hkv * HG: HG blocks share a kv head, each with G of its H / Hkv q heads (ops/cuda/attn.py
+    // head_groups: a kv head's 8 q heads as two blocks of 4 halves the block's serial dot products; every
+    // head's arithmetic is the same in either split, so the bits are too)
+    const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qh0 = hk * (G * HG) + (blockIdx.x % HG) * G;
+    const int s = blockIdx.y, t = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int p = pos[0] + t;
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
@@ -263,13 +267,13 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 
     float qr[G][PD];
 #pragma unroll
-    for (int g = 0; g < G; ++g) load_row<PD>(qr[g], q + ((i64)t * H + hk * G + g) * D + lane * PD);
+    for (int g = 0; g < G; ++g) load_row<PD>(qr[g], q + ((i64)t * H + qh0 + g) * D + lane * PD);
     const int p0 = pos[0];
     if constexpr (ROPE) {
 #pragma unroll
         for (int g = 0; g < G; ++g)
             rope_row<PD>(qr[g], ra.q_norm, ra.eps, p, ra.rope_dim, ra.neox, ra.tab, lane);
-        if (j1 == p + 1 && w == 0) {  // the last live split of token t stores its key and value
+        if (j1 == p + 1 && w == 0 && qh0 == hk * G * HG) {  // the last live split of token t (first head group) stores its key and value
             float kr[PD], vr[PV];
             new_key<PD, PV, KT>(ra, p, p0, hk, Hkv, lane, kr, vr);
 #pragma unroll
@@ -396,9 +400,9 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
             L += sm_l[u][g] * f;
             A += sm_acc[u][g][d] * f;
         }
-        const i64 row = ((i64)t * H + hk * G + g) * nsplit + s;
+        const i64 row = ((i64)t * H + qh0 + g) * nsplit + s;
         if (single) {
-            const i64 o = ((i64)t * H + hk * G + g) * DV + d;  // a whole warp: 32 dims of one head
+            const i64 o = ((i64)t * H + qh0 + g) * DV + d;  // a whole warp: 32 dims of one head
             out[o] = A / L;
             if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
         } else {
@@ -407,15 +411,15 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
         }
     }
     if (single || tickets == nullptr) return;
-    // Fused pass 2: the last live split of (t, hk) to finish combines its G heads (combine_head:
+    // Fused pass 2: the last live split of (t, head group) to finish combines its G heads (combine_head:
     // attn_combine's arithmetic); last_arrival re-arms the ticket for the next launch.
     __shared__ bool last;
     __shared__ float red[32], wt[COMBINE_TILE], lw[COMBINE_TILE];
     const int live = (p - lo + 1 + c - 1) / c;
-    if (!last_arrival(tickets + (i64)t * Hkv + hk, live, last)) return;
+    if (!last_arrival(tickets + (i64)t * gridDim.x + blockIdx.x, live, last)) return;  // per (t, head group)
 #pragma unroll 1
     for (int g = 0; g < G; ++g) {
-        const i64 h = (i64)t * H + hk * G + g;
+        const i64 h = (i64)t * H + qh0 + g;
         combine_head(part_ml, part_acc, h * nsplit, live, DV, out + h * DV, red, wt, lw);
         if (xq)  // each thread quantizes the dims it just wrote; DV % 32 == 0: whole warps, whole groups
             for (int d = threadIdx.x; d < DV; d += NW * 32) {

@@ -44,6 +44,19 @@ ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # wo
               "fuse_combine": [0, 1]}
 
 
+# q heads a block takes when a kv head has more (BW24_ATTN_SPLIT_HEADS=1, CudaOps.attn_split_heads): the
+# synthetic qwen3-30b-a3b's (and qwen3-32b's) 8 q heads a kv head ran 8.5 us a layer in attn_split at 64
+# keys against the 0.6B's 3.4 us for 2 (a6dcfe3, BW24_PDL=0 profile): each warp's round is G x KB dot
+# products in series. Two blocks of 4 each read the kv head's keys (the second from L2, as they run side by
+# side) and halve that chain; each head's arithmetic is unchanged, so are its bits.
+SPLIT_HEADS = 4
+
+
+def head_groups(G: int, split: bool) -> int:
+    """Blocks a kv head's G q heads are spread over (attn_split's grid.x = Hkv * head_groups)."""
+    return G // SPLIT_HEADS if split and G > SPLIT_HEADS and G % SPLIT_HEADS == 0 else 1
+
+
 def _config(tuning, override: dict | None) -> dict:
     """The attention.decode config in force: the table's entry with a workbench override's keys on top.
     An override that names only some keys (kernel_check's {"fuse_combine": 1}) keeps the table's others,
@@ -137,12 +150,14 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
     # per (token, kv head), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads first)
-    tickets = cu._buf("attn_tickets", max(T * Hkv, 16 * 8), np.int32, zeroed=True) if fused else NULL
+    hg = head_groups(G, getattr(cu, "attn_split_heads", False))
+    Gb = G // hg  # q heads a block
+    tickets = cu._buf("attn_tickets", max(T * Hkv * hg, 16 * 8), np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
-    name = f"attn_split<{D},{Dv},{G},{ch}{kt}>" if rope is None else \
-        f"attn_split<{D},{Dv},{G},{ch},{kv_elem(k_cache, v_cache)},true>"
-    cu._launch(cu._k("attention.cu", name), (Hkv, ns, T), 128,
+    name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>" if rope is None else \
+        f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
+    cu._launch(cu._k("attention.cu", name), (Hkv * hg, ns, T), 128,
                (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                 np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
                 *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
@@ -157,5 +172,5 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "RopeFusion", "attention", "attn_geometry", "fuse_combine",
-           "plan_chunk", "rope_fusable"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "SPLIT_HEADS", "RopeFusion", "attention", "attn_geometry",
+           "fuse_combine", "head_groups", "plan_chunk", "rope_fusable"]

@@ -132,6 +132,10 @@ class CudaOps(Ops):
     # shuffles instead of 160, the same bits). At depth 4096 the attention was ~2x llama.cpp's cost a token
     # (the 8B: 553 vs 281 us, ca80b31). BW24_ATTN_SUMS=1; perf rows record "attn_sums". Opt-in until measured.
     attn_sums = os.environ.get("BW24_ATTN_SUMS", "0") == "1"
+    # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
+    # (ops/cuda/attn.py head_groups; the same bits). BW24_ATTN_SPLIT_HEADS=1; perf rows record
+    # "attn_split_heads". Opt-in until measured.
+    attn_split_heads = os.environ.get("BW24_ATTN_SPLIT_HEADS", "0") == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -161,7 +165,7 @@ class CudaOps(Ops):
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
-                                      ("attn_sums", self.attn_sums),
+                                      ("attn_sums", self.attn_sums), ("attn_split_heads", self.attn_split_heads),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse),

@@ -4,6 +4,11 @@
 # Here (once):   cd /tmp/tarsrc && tar chf /tmp/models.tar smollm2.gguf q05.gguf gemma3.gguf q15.gguf, then cut it
 #                into .models/p00/c (50 MB: the first call also carries .whl/ and .llama/) and 64 MB pieces
 #                p01 .. p30 (one ignored folder per piece; the tree travels with each, 64 MiB in all)
+#                The draft pair alone (a6dcfe3 on): tar cf pair.tar q05.gguf q15.gguf cut into 60,000,000-byte
+#                pieces .models/pq00 .. pq26 (`split -b 60000000 -d -a 2`): a 64 MB piece no longer fits beside
+#                the tree (64 MiB counts the tree's disk blocks, ~4 MB now); add them as `add q00` .. `add q26`.
+#                smollm2-135m needs no pieces: the GPU host resolves its alias itself (a6dcfe3's gates ran it
+#                before any piece was placed).
 # There, per call (carry .models/pNN):  bash packages/bw24-engine/benchmarks/gpu_models.sh add NN
 # There, once the pieces are in:        bash packages/bw24-engine/benchmarks/gpu_models.sh place [NAME...]
 # `place` extracts the named members from the partial tar (members wholly inside the pieces so far),

@@ -3,7 +3,7 @@
 # (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
-# Stages: setup | piece NN | place NAME... | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
+# Stages: setup | piece NN | place NAME... | await FILE [SECS] | kc | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
@@ -24,6 +24,9 @@ case $STAGE in
     [ -f .llama/llsrc.tar.xz ] && bash $B/gpu_llama_build.sh start
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv ;;
   piece) bash $B/gpu_models.sh add "$1" ;;
+  await)  # await FILE [SECS]: a chain's stage that needs a model the piece calls are still bringing in
+    for _ in $(seq 1 $(( ${2:-600} / 2 ))); do [ -f "$1" ] && break; sleep 2; done
+    [ -f "$1" ] && echo "await: $1 is here" || echo "await: no $1 after ${2:-600} s" ;;
   place) bash $B/gpu_models.sh place "$@" ;;
   kc)
     (hdr; timeout 400 python3 -m bw24.engine.cli kernel-check; echo "kernel-check rc=$?") > $R/kernel_check.log 2>&1

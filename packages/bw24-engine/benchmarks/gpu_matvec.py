@@ -2,6 +2,7 @@
 0.6B shapes, write the device's tuning table, then decode speed with the table loaded.
 
 python packages/bw24-engine/benchmarks/gpu_matvec.py OUTDIR [--stages compile,check,sweep,e2e,speed]
+    [BW24_SWEEP_TYPES=Q4_K,Q6_K BW24_SWEEP_SHAPES=NxK,... BW24_SWEEP_PATH=f32]
 Timing: each (type, shape, config) is one CUDA graph of 20 matvecs rotating over enough weight
 copies (> 2x L2) that every byte comes from HBM; CUDA events; median of 5 replays. GB/s counts the
 repacked weight bytes. Every config is checked against a float64 product before it is timed.
@@ -27,6 +28,15 @@ from gpu_session import _synth, header, stage_check, stage_e2e  # noqa: E402
 QTYPES = tuple(os.environ.get("BW24_SWEEP_TYPES", "Q4_K,Q6_K,Q8_0,Q4_0,Q4_1,Q5_0").split(","))
 SHAPES = ((4096, 4096), (1024, 4096), (6144, 4096), (12288, 4096), (24576, 4096), (4096, 12288),
           (151936, 4096), (1024, 1024), (4096, 1024), (6144, 1024), (1024, 3072))
+# BW24_SWEEP_SHAPES="5120x2048,2048x4096" sweeps those N x K instead (e.g. the qwen3-30b-a3b's stacked Q/K/V and
+# wo, which it runs on fp32 activations); BW24_SWEEP_PATH=f32 forces the fp32-activation kernel for every
+# config (unset: launch.default_path's policy, int8 activations from K = 2048 on; the check below is an fp32
+# one, 2e-5, so only the f32 family can be forced here: gpu_matvec_q8.py sweeps the q8 one)
+if os.environ.get("BW24_SWEEP_SHAPES"):
+    SHAPES = tuple(tuple(int(v) for v in s.split("x")) for s in os.environ["BW24_SWEEP_SHAPES"].split(","))
+SWEEP_PATH = os.environ.get("BW24_SWEEP_PATH")
+if SWEEP_PATH not in (None, "f32"):
+    raise SystemExit(f"BW24_SWEEP_PATH={SWEEP_PATH!r}: only f32 (gpu_matvec_q8.py sweeps the q8 kernels)")
 BIG_ONLY = ("Q4_K", "Q6_K", "Q8_0")  # the 151936-row head is timed for these (host repack is slow)
 
 
@@ -92,7 +102,8 @@ def stage_sweep(out: Path, summary: list[str]) -> dict:
     ops = CudaOps()
     ops.qmv_configs.tuning = Tuning()  # sweep from a clean slate
     rng = np.random.default_rng(0)
-    configs = [{"warps": w, "rows": r} for w, r in itertools.product(QMV_SPACE["warps"], QMV_SPACE["rows"])]
+    configs = [{"warps": w, "rows": r, **({"path": SWEEP_PATH} if SWEEP_PATH else {})}
+               for w, r in itertools.product(QMV_SPACE["warps"], QMV_SPACE["rows"])]
     log, res = [], {}
     for qn in QTYPES:
         qt = Q[qn]

@@ -7,6 +7,7 @@
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
+#         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
@@ -91,6 +92,9 @@ log=lambda s: None))" "$m")
     export "$1" BW24_R=$R/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;
   f32)  # the next stage with a float32 KV cache (BW24_KV_DTYPE=f32; f16 is the default); logs under /tmp/r/f32
     export BW24_KV_DTYPE=f32 BW24_R=/tmp/r/f32; exec bash "$0" "$SHA" "$@" ;;
+  mvsweep)  # the decode matvec's (W, R) per quant type and shape (gpu_matvec.py's sweep; BW24_SWEEP_* via `with`)
+    (hdr; timeout 500 python3 $B/gpu_matvec.py $R/mvsweep --stages compile,sweep; echo "mvsweep rc=$?") > $R/mvsweep.log 2>&1
+    grep -E "^sweep|WRONG|rc=|Error" $R/mvsweep.log | head -30; cp $R/mvsweep/*.json $R/ 2>/dev/null ;;
   vsweep)
     (hdr; timeout 500 python3 $B/gpu_verify_sweep.py $R/vsweep "$@"; echo "vsweep rc=$?") > $R/vsweep.log 2>&1
     sed -n '/== summary ==/,$p' $R/vsweep.log; grep -E "WRONG|Error|rc=" $R/vsweep.log | head ;;

@@ -177,21 +177,25 @@ def test_a_table_with_q8_paths_validates():
 
 
 def test_moe_models_decode_on_fp32_activations():
-    """CudaOps.use_int8_activations(False) (prepare_model does it for MoE models) puts every weight on
-    the f32 path, drops the gate's int8 half, and survives the gate's exact_activations() block."""
-    from types import SimpleNamespace
-
+    """CudaOps.use_int8_activations(False) (prepare_model does it for MoE models) puts every weight but the
+    vocabulary head on the f32 path, names the head's rounding in the gate's rounded half instead of int8
+    activations, and survives the gate's exact_activations() block (every weight f32 inside it)."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    ops = SimpleNamespace(qmv_configs=QmvConfigs(_table({})), quantizes_activations=True, prefill_precision="auto")
+    ops = CudaOps.__new__(CudaOps)
+    ops.qmv_configs, ops.quantizes_activations, ops.prefill_precision = QmvConfigs(_table({})), True, "auto"
     assert ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"
     CudaOps.use_int8_activations(ops, False)
     assert not ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "f32"
+    assert ops.qmv_configs.plan(Q.Q6_K, 151936, 2048)[0] == "q8"  # the head: no router reads it
+    assert ops.qmv_configs.plan(Q.F32, 151936, 2048)[0] == "f32"  # a format without q8 kernels
+    assert CudaOps.rounded_paths(ops) == ["int8-head"]
     with CudaOps.exact_activations(ops):
         assert ops.qmv_configs.plan(Q.Q6_K, 151936, 1024)[0] == "f32"
-    assert ops.qmv_configs.plan(Q.Q6_K, 151936, 1024)[0] == "f32"
+    assert ops.qmv_configs.plan(Q.Q6_K, 151936, 1024)[0] == "q8"
     CudaOps.use_int8_activations(ops, True)
     assert ops.quantizes_activations and ops.qmv_configs.plan(Q.Q4_K, 4096, 4096)[0] == "q8"
+    assert CudaOps.rounded_paths(ops) == ["int8-activation"]
 
 
 def test_verify_launch_plan_exact_token_count_and_rows():

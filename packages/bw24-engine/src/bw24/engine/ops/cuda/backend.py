@@ -52,9 +52,13 @@ class CudaOps(Ops):
         """Off for mixture-of-experts models: the router reads activations that int8 rounding has
         moved, near-tied experts flip, and the logits leave the int8 class (synthetic qwen3-30b-a3b on
         the H200: int8 decode NMSE 2.4e-3, prefill 9.9e-3 vs the gate's 2e-3; README "The run-gen
-        gate on int8-activation models"). Every matvec then takes the fp32-activation path."""
+        gate on int8-activation models"). Every matvec then takes the fp32-activation path but the
+        vocabulary head (launch.QmvConfigs.f32_body), which feeds no router: on fp32 activations the
+        30B-A3B's Q6_K head took 207 us a token for 255 MB (a6dcfe3), the 8B's q8 head 3.6 TB/s. The gate
+        then names the head's rounding (rounded_paths: "int8-head")."""
         self.quantizes_activations = on
-        self.qmv_configs.force_path = None if on else "f32"
+        self.qmv_configs.force_path = None
+        self.qmv_configs.f32_body = not on
 
     @contextmanager
     def exact_activations(self):
@@ -69,7 +73,8 @@ class CudaOps(Ops):
             self.qmv_configs.force_path, self.prefill_precision = old
 
     def rounded_paths(self) -> list[str]:
-        return super().rounded_paths() + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
+        head = ["int8-head"] if self.qmv_configs.f32_body and not self.quantizes_activations else []
+        return super().rounded_paths() + head + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
     # Speculative verify: are batched rows (T <= 16) bit-identical to decode steps? A measured claim,
     # never assumed: `benchmarks/spec_bench.py OUT --cells exact` checks it on the device (re-run after
     # any matvec/attention/norm kernel change). Measured YES on the H200 at 4a5c2e7 (smollm2, T = 2..16,

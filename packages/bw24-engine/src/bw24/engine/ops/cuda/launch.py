@@ -94,6 +94,9 @@ class QmvConfigs:
         self.tuning = tuning if tuning is not None else Tuning()
         self.overrides: dict[str, dict] = {}
         self.force_path: str | None = None  # every weight on this path (CudaOps.exact_activations)
+        # every weight but a vocabulary head (N >= Q8_MIN_N) on the fp32 path: mixture-of-experts models
+        # (CudaOps.use_int8_activations(False)); the head feeds no router, only the logits
+        self.f32_body = False
 
     @classmethod
     def for_device(cls, warn=None) -> QmvConfigs:
@@ -109,7 +112,8 @@ class QmvConfigs:
         """(path, W, R) for this weight; "q8" only for formats the q8 kernels implement."""
         name = Q(int(qtype)).name
         cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or default_qmv(n, k)
-        forced = self.force_path or self.overrides.get(name, {}).get("path")  # gate / workbench sweep
+        forced = (self.force_path or self.overrides.get(name, {}).get("path")  # gate / workbench sweep
+                  or ("f32" if self.f32_body and n < Q8_MIN_N else None))
         try:
             w, r = check_config(cfg)
             check_path(cfg)  # a corrupt path in the table voids the entry (validated, then unused)

@@ -443,7 +443,7 @@ def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
         CudaOps()
     ops = CudaOps.__new__(CudaOps)
     ops.prefill_env = ops.prefill_precision = "fp16"
-    ops.qmv_configs, ops.quantizes_activations = SimpleNamespace(force_path=None), True
+    ops.qmv_configs, ops.quantizes_activations = SimpleNamespace(force_path=None, f32_body=False), True
     assert not {"prefill_fp16", "prefill_auto", "prefill_split"} & set(ops.opt_in())  # fp16: the default
     assert ops.rounded_paths() == ["int8-activation", "fp16-prefill"]
     with ops.exact_activations():

@@ -38,6 +38,16 @@ def test_verify_matvec_cases_green_and_planted_bug_red():
         "\n".join(bad)
 
 
+def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():
+    """The fp32-path verify launches (rows a block from launch.f32_verify_rows): decode==verify bitwise,
+    green; a planted bug in verify launches only (T > 1 drops the last group) turns every one red."""
+    lines: list[str] = []
+    assert main(seed=17, only="f32 decode==verify", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
+    bad: list[str] = []
+    assert main(seed=17, variant="planted_verify", only="f32 decode==verify", out=bad.append) == 1
+    assert sum(s.endswith("FAIL") for s in bad) == 4, "\n".join(bad)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from bw24.gguf.synth import synth

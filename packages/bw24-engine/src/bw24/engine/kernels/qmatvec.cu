@@ -102,6 +102,8 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
         for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
 #ifdef BW24_PLANTED_BUG
     const int G_END = G - 1;  // kernel_check canary: an off-by-one that drops the last group
+#elif defined(BW24_PLANTED_VERIFY)
+    const int G_END = NT > 1 ? G - 1 : G;  // kernel_check canary: only verify launches (T > 1) drop it
 #else
     const int G_END = G;
 #endif

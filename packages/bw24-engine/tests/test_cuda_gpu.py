@@ -48,6 +48,16 @@ def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():
     assert sum(s.endswith("FAIL") for s in bad) == 4, "\n".join(bad)
 
 
+def test_attention_split_heads_cases_green_and_a_wrong_group_red():
+    """BW24_ATTN_SPLIT_HEADS' cases (a kv head's 8 q heads over two blocks) are green; a planted variant
+    whose second block recomputes the first block's heads turns the bitwise ones red."""
+    lines: list[str] = []
+    assert main(seed=19, only="attn split heads", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
+    bad: list[str] = []
+    assert main(seed=19, variant="planted_split", only="attn split heads == one block", out=bad.append) == 1
+    assert sum(s.endswith("FAIL") for s in bad) == 6, "\n".join(bad)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from bw24.gguf.synth import synth

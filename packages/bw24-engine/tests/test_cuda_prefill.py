@@ -260,14 +260,17 @@ def test_planted_bug_variants_compile(f, names, tmp_path, monkeypatch):
     assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_planted_verify_variant_compiles(tmp_path, monkeypatch):
-    """The verify-only canary (BW24_PLANTED_VERIFY, test_cuda_gpu's f32 decode==verify red run) compiles."""
+def test_planted_verify_and_split_variants_compile(tmp_path, monkeypatch):
+    """The verify-only and split-heads canaries (BW24_PLANTED_VERIFY / _SPLIT, test_cuda_gpu's red runs) compile."""
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
 
     monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
     names = ("qmv<7,4,4,8>", "qmv3<7,7,9,1,2,8>")
     ck = compile_cubin(KERNEL_DIR / "qmatvec.cu", "90a", defines={"BW24_PLANTED_VERIFY": 1}, name_expressions=names)
+    assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+    names = ("attn_split<128,128,4,32,__half>",)  # the split-heads canary (BW24_PLANTED_SPLIT)
+    ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines={"BW24_PLANTED_SPLIT": 1}, name_expressions=names)
     assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 

@@ -254,7 +254,11 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     // grid.x = Hkv * HG: HG blocks share a kv head, each with G of its H / Hkv q heads (ops/cuda/attn.py
     // head_groups: a kv head's 8 q heads as two blocks of 4 halves the block's serial dot products; every
     // head's arithmetic is the same in either split, so the bits are too)
+#ifdef BW24_PLANTED_SPLIT  // kernel_check canary: every head group computes the kv head's first G q heads
+    const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qh0 = hk * (G * HG);
+#else
     const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qh0 = hk * (G * HG) + (blockIdx.x % HG) * G;
+#endif
     const int s = blockIdx.y, t = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int p = pos[0] + t;

@@ -200,7 +200,7 @@ class CudaOps(Ops):
         self.cp = cp
         self.xp = cp
         self.stream = new_stream()
-        self.variant = variant  # "" = production kernels; tests may select planted_bug / planted_verify
+        self.variant = variant  # "" = production kernels; tests may select planted_bug / _verify / _split
         self._cache: dict[tuple[str, int], Any] = {}
         self._scratch: dict[str, Any] = {}
         self._scratch_gen = 0  # bumped by every (re)allocation in _buf: captured graphs compare it
@@ -222,8 +222,8 @@ class CudaOps(Ops):
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
-        defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),)}.get(
-            self.variant, ())
+        defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
+                   "planted_split": (("BW24_PLANTED_SPLIT", 1),)}.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
         if self.attn_sums and file == "attention.cu":

@@ -128,7 +128,7 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
     parts = spec.split(":")
     preset, quant, depth = parts[0], parts[1] if len(parts) > 1 else "q4_k_m", int(parts[2]) if len(parts) > 2 else 64
     path = model_file(preset, quant)
-    eng = Engine.load(path, backend="cuda", n_ctx=max(4096, depth + 256) + 256, max_batch=512, progress=False)
+    eng = Engine.load(path, backend="cuda", n_ctx=max(4096, depth + 256) + 256, progress=False)  # the chunk: BW24_UBATCH or 512
     m, ops = eng.model, eng.ops
     rng = np.random.default_rng(0)
     prompt = rng.integers(10, m.cfg.n_vocab - 10, size=max(depth, 1)).tolist()

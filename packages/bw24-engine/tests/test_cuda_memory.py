@@ -35,6 +35,11 @@ def test_plan_and_fit(synth_path):
     p = memory.plan(f, cfg, n_ctx=256, max_batch=16)
     assert 0.9 * p.gguf_tensors < p.weights < 1.5 * p.gguf_tensors  # planes ~ GGUF bytes (+ f32 vectors)
     assert p.kv == 4 * cfg.n_layer * 256 * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v)
+    # the logits' rows are the buffers' logit_rows, not the chunk's: a longer chunk adds activations only
+    few = memory.plan(f, cfg, n_ctx=256, max_batch=16, logit_rows=4)
+    assert p.activations - few.activations == 4 * 12 * cfg.n_vocab
+    long, long_all = (memory.plan(f, cfg, n_ctx=256, max_batch=64, logit_rows=r) for r in (4, None))
+    assert (long_all.activations - p.activations) - (long.activations - few.activations) == 4 * 48 * cfg.n_vocab
     memory.check_fit(p, "m", free=p.total)  # exactly enough: fine
     with pytest.raises(memory.ModelDoesNotFitError, match=r"m does not fit in GPU memory: needs .* GiB"):
         memory.check_fit(p, "m", free=p.total - 1)

@@ -470,6 +470,22 @@ def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
     assert ops.rounded_paths() == ["int8-activation"]
 
 
+def test_ubatch_env_sets_the_prefill_chunk(monkeypatch):
+    """BW24_UBATCH: a bad value is a clear error naming the variable; a good one is the tokens a forward
+    takes when Engine.load is not told (cuda's default 512, the reference's 128), recorded in perf rows."""
+    from bw24.engine.ops.base import Ops
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert (CudaOps.default_max_batch, CudaOps.logit_rows, Ops.default_max_batch, Ops.logit_rows) == (512, 128, 128, None)
+    for bad in ("0", "-4", "2k", "99999"):
+        monkeypatch.setattr(CudaOps, "ubatch_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_UBATCH='{bad}'"):
+            CudaOps()
+    ops = CudaOps.__new__(CudaOps)
+    ops.ubatch_env = "2048"
+    assert "ubatch_2048" in CudaOps.opt_in(ops)
+
+
 def test_prefill_scratch_env(monkeypatch):
     """BW24_PREFILL_SCRATCH_MB: a bad value is a clear error naming the variable; a good one sets the chunk
     bytes that gemm_rows cuts by (memory.plan reads the same module value) and is recorded in perf rows."""

@@ -44,6 +44,35 @@ def test_prefill_chunks_equal_decode(arch, tiny, helpers):
     assert np.abs(batched[0] - batched[-1]).max() > 1e-2  # the positions really differ
 
 
+def test_logit_rows_chunk_all_logits_and_keep_long_prefill_chunks(tiny, helpers):
+    """A backend's logit_rows (cuda: 128) bounds the logits buffer, not the prefill chunk: last-token
+    feeds run max_batch tokens a forward, all-logits feeds logit_rows; both give the logits of a buffer
+    holding every row (the reference's)."""
+    from bw24.engine.ops.ref import RefOps
+
+    class FewLogitRows(RefOps):
+        logit_rows = 3
+
+    ids = np.random.default_rng(4).integers(0, 300, 20)
+    full = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7)
+    few = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7, ops=FewLogitRows())
+    assert few.buf.logits.shape[0] == 3 and full.buf.logits.shape[0] == 7
+    forwards = []
+    real = few.forward
+    few.forward = lambda T, last_only=True: forwards.append((T, last_only)) or real(T, last_only)
+    np.testing.assert_allclose(few.feed(ids, all_logits=True), full.feed(ids, all_logits=True), rtol=0, atol=1e-4)
+    assert forwards == [(3, False)] * 6 + [(2, False)]
+    few.kv.reset()
+    full.kv.reset()
+    forwards.clear()
+    np.testing.assert_allclose(few.feed(ids), full.feed(ids), rtol=0, atol=1e-4)
+    assert forwards == [(7, True), (7, True), (6, True)]  # the chunk stays max_batch
+    few.kv.reset()
+    few.kv.reserve(5)
+    with pytest.raises(AssertionError, match="logits of 5 rows"):
+        real(5, last_only=False)
+
+
 def test_sliding_window_changes_gemma3_logits(tiny, helpers):
     """Canary for the window plumbing: gemma3 with the window disabled must give other logits."""
     ids = np.random.default_rng(2).integers(0, 300, 12)

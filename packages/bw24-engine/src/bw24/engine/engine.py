@@ -127,9 +127,11 @@ class Engine:
 
     @classmethod
     def load(cls, model: str | Path, backend: str = "auto", n_ctx: int | None = None, *,
-             max_batch: int = 128, progress: bool = True, kv_dtype: str | None = None) -> Engine:
+             max_batch: int | None = None, progress: bool = True, kv_dtype: str | None = None) -> Engine:
         """Resolve (alias, path, hf:...), map the GGUF, build the tokenizer, load the weights.
-        kv_dtype: "f32" | "f16", the KV-cache element (None: the backend's own, cuda f16 / cpu f32)."""
+        kv_dtype: "f32" | "f16", the KV-cache element (None: the backend's own, cuda f16 / cpu f32).
+        max_batch: tokens a forward takes at most, the prefill chunk (None: the backend's
+        default_max_batch: cuda 512 unless BW24_UBATCH says otherwise, the reference 128)."""
         from bw24.gguf import GGUFFile, ModelConfig, resolve_model
         from bw24.tokenizer import Tokenizer
         from tqdm.auto import tqdm
@@ -142,10 +144,11 @@ class Engine:
             n_ctx = min(cfg.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
         if n_ctx <= 0:
             raise BadInputError(f"n_ctx={n_ctx} (must be > 0)")
-        if max_batch <= 0:
+        if max_batch is not None and max_batch <= 0:
             raise BadInputError(f"max_batch={max_batch} (must be > 0)")
         tok = Tokenizer.from_gguf(f)
         ops = get_ops(backend)
+        max_batch = max_batch or ops.default_max_batch
         if kv_dtype is not None:
             ops.kv_dtype = kv_cache_dtype(kv_dtype)  # before prepare_model plans the cache's bytes
         prepare = getattr(ops, "prepare_model", None)  # cuda: VRAM check before any upload, byte progress

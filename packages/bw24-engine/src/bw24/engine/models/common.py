@@ -103,10 +103,14 @@ def count_tensors(cfg: Any) -> int:
 
 class Buffers:
     """Activations for up to max_batch tokens, allocated once; view(T) gives [T, ...] slices (cached,
-    so a step at a given T always touches the same addresses, as a captured graph needs)."""
+    so a step at a given T always touches the same addresses, as a captured graph needs). Logits for up
+    to logit_rows of them (ops.logit_rows where the backend sets one, else max_batch): a prefill chunk
+    needs only its last row's, and a vocabulary-wide row per token of a long chunk is most of the
+    activations' bytes (512 rows x 151936 x 4 B = 311 MB); feed(all_logits=True) chunks by logit_rows."""
 
     def __init__(self, ops: Ops, cfg: Any, max_batch: int):
         c, m = cfg, max_batch
+        self.logit_rows = min(m, getattr(ops, "logit_rows", None) or m)
         f = c.n_ff_expert if c.is_moe else c.n_ff
         self.ops, self.cfg, self.max_batch = ops, cfg, max_batch
         self.ids = ops.zeros((m,), np.int32)
@@ -114,7 +118,7 @@ class Buffers:
         self.q, self.a = ops.zeros((m, c.n_head * c.head_dim)), ops.zeros((m, c.n_head * c.head_dim_v))
         self.k, self.v = ops.zeros((m, c.n_head_kv * c.head_dim)), ops.zeros((m, c.n_head_kv * c.head_dim_v))
         self.g, self.u = ops.zeros((m, max(f, 1))), ops.zeros((m, max(f, 1)))
-        self.logits = ops.zeros((m, c.n_vocab))
+        self.logits = ops.zeros((self.logit_rows, c.n_vocab))
         self._views: dict[int, SimpleNamespace] = {}
 
     def view(self, T: int) -> SimpleNamespace:
@@ -122,7 +126,7 @@ class Buffers:
             c = self.cfg
             self._views[T] = SimpleNamespace(
                 ids=self.ids[:T], h=self.h[:T], x=self.x[:T], t=self.t[:T], g=self.g[:T], u=self.u[:T],
-                q=self.q[:T], k=self.k[:T], v=self.v[:T], a=self.a[:T], logits=self.logits[:T],
+                q=self.q[:T], k=self.k[:T], v=self.v[:T], a=self.a[:T], logits=self.logits[:min(T, self.logit_rows)],
                 q3=self.q[:T].reshape(T, c.n_head, c.head_dim), k3=self.k[:T].reshape(T, c.n_head_kv, c.head_dim),
                 v3=self.v[:T].reshape(T, c.n_head_kv, c.head_dim_v),
                 a3=self.a[:T].reshape(T, c.n_head, c.head_dim_v),
@@ -185,6 +189,7 @@ class Transformer:
         """Final norm and logits of the last row (or all rows)."""
         o, c = self.ops, self.cfg
         rows = slice(T - 1, T) if last_only else slice(0, T)
+        assert T - rows.start <= b.logits.shape[0], f"logits of {T} rows: the buffer holds {b.logits.shape[0]}"
         o.rmsnorm(b.h[rows], self.w.output_norm, c.rms_eps, out=b.x[rows])
         out = b.logits[: T - rows.start]
         o.logits(b.x[rows], self.w.output, c.final_softcap, out=out)  # [1 or T, V]
@@ -199,17 +204,19 @@ class Transformer:
         return a.astype(np.int32)
 
     def feed(self, ids: Sequence[int], all_logits: bool = False, hidden: list | None = None) -> np.ndarray:
-        """Append tokens to the context in chunks of max_batch; host logits of the last token
-        ([1, V]) or of every token ([len(ids), V]). With `hidden`, each chunk's final hidden rows
-        ([T, E], after the output norm) are appended to it (MTP drafting needs them)."""
+        """Append tokens to the context in chunks of max_batch (of the buffers' logit_rows with
+        all_logits); host logits of the last token ([1, V]) or of every token ([len(ids), V]). With
+        `hidden`, each chunk's final hidden rows ([T, E], after the output norm) are appended to it (MTP
+        drafting needs them)."""
         a = self.check_ids(ids)
         if a.size == 0:
             raise EmptyPromptError("no tokens to feed")
         if self.kv.n_past + a.size > self.kv.n_ctx:
             self.kv.reserve(a.size)  # raises ContextLimitError before any chunk runs
         rows = []
-        for s in range(0, a.size, self.max_batch):
-            chunk = a[s : s + self.max_batch]
+        step = self.buf.logit_rows if all_logits else self.max_batch
+        for s in range(0, a.size, step):
+            chunk = a[s : s + step]
             T = chunk.size
             self.kv.reserve(T)
             b = self.buf.view(T)

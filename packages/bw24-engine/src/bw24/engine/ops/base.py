@@ -47,6 +47,10 @@ class Ops(ABC):
     # Does some matvec round its activations to int8 (cuda's q8 path)? Then the gate runs the exact
     # comparison inside exact_activations() and checks the int8 forward against it (engine.Drift).
     quantizes_activations: bool = False
+    # tokens a forward takes at most when Engine.load is not told (the prefill chunk), and the rows of
+    # logits its buffers hold (None: max_batch; models/common.Buffers)
+    default_max_batch: int = 128
+    logit_rows: int | None = None
     # KV-cache element type (KVCache allocates with it): float32 here; cuda may hold float16.
     kv_dtype: Any = np.float32
 

@@ -89,7 +89,7 @@ class VramPeak:
 class CellBench:
     """One cell on one engine. warmup() once, then rep() -> tok/s as many times as wanted."""
 
-    def __init__(self, cell: Cell, path: Path, backend: str, *, max_batch: int = 512) -> None:
+    def __init__(self, cell: Cell, path: Path, backend: str, *, max_batch: int | None = None) -> None:
         from ..engine import Engine
 
         self.cell, self.path, self.backend = cell, path, backend

@@ -164,6 +164,15 @@ class CudaOps(Ops):
     # pp512 spent 8.7 of 33.5 ms of kernels writing its 16 GB of fp16 weights); more chunks cost more host
     # calls. Perf rows record "prefill_scratch_<MiB>m".
     prefill_scratch_env = os.environ.get("BW24_PREFILL_SCRATCH_MB")
+    # Tokens a prefill forward takes (Engine.load's max_batch when not given): 512 as llama.cpp's n_ubatch
+    # and the perf cells until a6dcfe3 (which passed it; run-gen and the server took 128 then). Every
+    # chunk dequantizes every weight to fp16 once (the 8B's pp512: 10.3 of 33.5 ms of kernels at ca80b31)
+    # and pays the host's per-layer calls (the 0.6B's pp512: 19.0 ms wall, 12.9 ms of kernels, a6dcfe3),
+    # so longer prompts gain from longer chunks; BW24_UBATCH=N measures that (perf rows record
+    # "ubatch_N"). The buffers' logits hold logit_rows rows whatever the chunk (models/common.Buffers).
+    ubatch_env = os.environ.get("BW24_UBATCH")
+    default_max_batch = 512
+    logit_rows = 128
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -178,7 +187,8 @@ class CudaOps(Ops):
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
-                                      (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env)) if on]
+                                      (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),
+                                      (f"ubatch_{self.ubatch_env}", self.ubatch_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -194,6 +204,10 @@ class CudaOps(Ops):
             if not (self.prefill_scratch_env.isdigit() and 1 <= int(self.prefill_scratch_env) <= 4096):
                 raise ValueError(f"BW24_PREFILL_SCRATCH_MB={self.prefill_scratch_env!r}: a whole number of MiB, 1..4096")
             _prefill.PREFILL_SCRATCH = int(self.prefill_scratch_env) << 20
+        if self.ubatch_env is not None:
+            if not (self.ubatch_env.isdigit() and 1 <= int(self.ubatch_env) <= 16384):
+                raise ValueError(f"BW24_UBATCH={self.ubatch_env!r}: a whole number of tokens, 1..16384")
+            self.default_max_batch = int(self.ubatch_env)
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
         require_gpu()
@@ -624,7 +638,8 @@ class CudaOps(Ops):
         self._mem_baseline = memory.used_bytes()
         self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),
-                                     kv_bytes=np.dtype(self.kv_dtype).itemsize)
+                                     kv_bytes=np.dtype(self.kv_dtype).itemsize,
+                                     logit_rows=min(max_batch, self.logit_rows or max_batch))
         memory.check_fit(self._mem_plan, str(getattr(f, "path", "model")), memory.device_free()[0])
         if progress:
             from tqdm.auto import tqdm

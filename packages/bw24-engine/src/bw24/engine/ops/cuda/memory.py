@@ -38,9 +38,12 @@ class MemoryPlan:
 
 
 def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, attn_chunk: int = 128,
-         kv_bytes: int = 4) -> MemoryPlan:
+         kv_bytes: int = 4, logit_rows: int | None = None) -> MemoryPlan:
+    """logit_rows: the rows of logits the buffers hold (models/common.Buffers; None: max_batch); a prefill
+    GEMM's result [T, N] spans the vocabulary only for an all-logits chunk, at most that many rows."""
+    lr = min(max_batch, logit_rows or max_batch)
     weights = gguf = 0
-    max_rows, max_k = cfg.n_vocab, cfg.n_embd
+    max_rows, max_k = 0, cfg.n_embd
     for ti in f.tensors.values():
         gguf += int(ti.nbytes)
         numel = math.prod(ti.shape)
@@ -48,7 +51,8 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
             weights += 4 * numel
         else:
             weights += math.ceil(numel * PLANE_BITS.get(ti.qtype, 32.0) / 8)
-            max_rows = max(max_rows, int(ti.shape[-2]))
+            if int(ti.shape[-2]) != cfg.n_vocab:  # the head's [T, V] result: logit rows only (below)
+                max_rows = max(max_rows, int(ti.shape[-2]))
             max_k = max(max_k, int(ti.shape[-1]))
     c, m = cfg, max_batch
     # prefill.stacked_gemm's result holds Q/K/V or gate/up side by side
@@ -56,11 +60,11 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
     kv = kv_bytes * c.n_layer * n_ctx * c.n_head_kv * (c.head_dim + c.head_dim_v)  # 4: fp32, 2: fp16 cache
     ff = c.n_ff_expert if c.is_moe else c.n_ff
     act = 4 * m * (3 * c.n_embd + c.n_head * (c.head_dim + c.head_dim_v) + c.n_head_kv * (c.head_dim + c.head_dim_v)
-                   + 2 * max(ff, 1) + c.n_vocab) + 4 * m
+                   + 2 * max(ff, 1)) + 4 * lr * c.n_vocab + 4 * m
     ns = math.ceil(n_ctx / attn_chunk)
     # prefill GEMM (ops/cuda/prefill.py): fp16 weight chunk (hi + lo), fp32 result [T, N], x as fp16
     # hi + lo [T, K] and row scales [T]
-    scratch = prefill_scratch + 4 * m * max_rows + 2 * 2 * m * max_k + 4 * m
+    scratch = prefill_scratch + 4 * max(m * max_rows, lr * c.n_vocab) + 2 * 2 * m * max_k + 4 * m
     scratch += 4 * m * c.n_head * ns * (2 + c.head_dim_v)
     if c.is_moe:
         slots = m * c.n_expert_used

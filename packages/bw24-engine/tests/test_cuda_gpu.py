@@ -58,6 +58,17 @@ def test_attention_split_heads_cases_green_and_a_wrong_group_red():
     assert sum(s.endswith("FAIL") for s in bad) == 6, "\n".join(bad)
 
 
+def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
+    """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
+    re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's
+    and the 0.6B's at depth 3000-4000, the D = 256 one), the one-round ones staying green."""
+    lines: list[str] = []
+    assert main(seed=23, only="attn pipe", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
+    bad: list[str] = []
+    assert main(seed=23, variant="planted_pipe", only="attn pipe == plain", out=bad.append) == 1
+    assert sum(s.endswith("FAIL") for s in bad) == 3, "\n".join(bad)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from bw24.gguf.synth import synth

@@ -269,9 +269,10 @@ def test_planted_verify_and_split_variants_compile(tmp_path, monkeypatch):
     names = ("qmv<7,4,4,8>", "qmv3<7,7,9,1,2,8>")
     ck = compile_cubin(KERNEL_DIR / "qmatvec.cu", "90a", defines={"BW24_PLANTED_VERIFY": 1}, name_expressions=names)
     assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
-    names = ("attn_split<128,128,4,32,__half>",)  # the split-heads canary (BW24_PLANTED_SPLIT)
-    ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines={"BW24_PLANTED_SPLIT": 1}, name_expressions=names)
-    assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+    names = ("attn_split<128,128,4,32,__half>",)  # the split-heads and pipe canaries
+    for d in ({"BW24_PLANTED_SPLIT": 1}, {"BW24_PLANTED_PIPE": 1, "BW24_ATTN_PIPE": 1}):
+        ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines=d, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
 def test_gpu_prefill_cases_green_and_planted_bugs_red():

@@ -126,6 +126,31 @@ def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=Non
     return run
 
 
+def pipe(case: Case) -> Case:
+    """Run a case with the next round's loads ahead of the math (BW24_ATTN_PIPE: attention.cu RawRow)."""
+    def run(name, ref, cu, rng):
+        with setting(cu, "attn_pipe", True):
+            return case(name, ref, cu, rng)
+    return run
+
+
+def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
+    """attn_split with its loads a round ahead (BW24_ATTN_PIPE) gives the plain kernel's bits: the same rows
+    in the same order, only issued earlier."""
+    def run(name, ref, cu, rng):
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kc, vc), _ = half_cache(kc, vc, half)
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
+        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
+        got = {}
+        for on in (False, True):
+            got[on] = cu.zeros(q.shape)
+            with setting(cu, "attn_pipe", on):
+                cu.attention(qd, kd, vd, _pos(cu, p0), out=got[on], **kw)
+        return compare(name, "exact", cu.to_host(got[True]), cu.to_host(got[False]))
+    return run
+
+
 def sums_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
     """attn_split with warp_sum_many (BW24_ATTN_SUMS) gives the bits of the one-value warp_sum kernel: the
     same butterfly tree for every sum."""
@@ -391,6 +416,23 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn split heads D=128 G=8 Hkv=4 T=4 pos=3000 half-KV", split_heads(attn_ref_case(128, 8, 4, 3000, Hkv=4,
                                                                                              half=True))
     yield "attn split heads +q8 out D=128 G=8 Hkv=4 T=1 pos=700", split_heads(attn_q8_case(128, 8, 1, 700, 4))
+    # the next round's loads ahead of the math (BW24_ATTN_PIPE): bitwise == the plain kernel over one round,
+    # several, a partial last one, windows, softcap, both cache elements and D = 64 / 128 / 256; against the
+    # reference; with the fused pass 2, the batched sums, split heads and verify rows == decode
+    for D, G, T, p0, Hkv, half, win, cap in ((128, 4, 1, 20, 8, True, None, None), (128, 4, 1, 4000, 8, True, None, None),
+                                             (128, 2, 5, 3000, 8, True, None, None), (128, 8, 1, 700, 4, True, None, None),
+                                             (64, 3, 9, 1000, 2, False, 100, None), (256, 4, 3, 90, 2, False, None, 50.0),
+                                             (128, 4, 16, 777, 2, False, None, None)):
+        yield f"attn pipe == plain bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}" \
+              f"{f' window={win}' if win else ''}{f' softcap={cap:g}' if cap else ''}", \
+            pipe_equal_case(D, G, T, p0, win, cap, Hkv, half)
+    yield "attn pipe D=128 G=4 T=1 pos=4000 half-KV", pipe(attn_ref_case(128, 4, 1, 4000, half=True))
+    yield "attn pipe D=64 G=3 T=9 pos=60 window=40", pipe(attn_ref_case(64, 3, 9, 60, window=40))
+    yield "attn pipe fused-combine D=128 G=4 T=4 pos=3000", pipe(fused(attn_ref_case(128, 4, 4, 3000)))
+    yield "attn pipe sums D=128 G=2 T=5 pos=3000 half-KV", pipe(sums(attn_ref_case(128, 2, 5, 3000, half=True)))
+    yield "attn pipe split heads D=128 G=8 Hkv=4 T=1 pos=4000 half-KV", \
+        pipe(split_heads(attn_ref_case(128, 8, 1, 4000, Hkv=4, half=True)))
+    yield "attn pipe rows==decode D=128 G=4 T=6 pos=500 half-KV", pipe(attn_rows_case(128, 4, 6, 500, half=True))
     yield "attn split heads rows==decode D=128 G=8 Hkv=4 T=6 pos=500 half-KV", \
         split_heads(attn_rows_case(128, 8, 6, 500, Hkv=4, half=True))
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):

@@ -118,6 +118,46 @@ __device__ __forceinline__ void load_row(float (&r)[P], const __half* __restrict
     }
 }
 
+// A cached row's P values (this lane's share) as the loaded 32-bit words, converted to float later: with
+// BW24_ATTN_PIPE, attn_split issues the next round's K / V loads before this round's math (a warp stalls at
+// the first use of a pending load, not at its issue). The conversions are exact, as load_row's.
+template <int P, typename KT>
+struct RawRow {
+    static constexpr int WORDS = P * (int)sizeof(KT) / 4 > 0 ? P * (int)sizeof(KT) / 4 : 1;
+    u32 w[WORDS];
+    __device__ __forceinline__ void load(const KT* __restrict__ p) {
+        const u32* q = reinterpret_cast<const u32*>(p);
+        if constexpr (WORDS % 4 == 0) {
+#pragma unroll
+            for (int i = 0; i < WORDS / 4; ++i) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(q) + i);
+                w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+            }
+        } else if constexpr (WORDS % 2 == 0) {
+#pragma unroll
+            for (int i = 0; i < WORDS / 2; ++i) {
+                const uint2 v = __ldg(reinterpret_cast<const uint2*>(q) + i);
+                w[2 * i] = v.x; w[2 * i + 1] = v.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < WORDS; ++i) w[i] = __ldg(q + i);
+        }
+    }
+    __device__ __forceinline__ void to(float (&r)[P]) const {
+        if constexpr (sizeof(KT) == 4) {
+#pragma unroll
+            for (int i = 0; i < P; ++i) r[i] = __uint_as_float(w[i]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < P / 2; ++i) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+                r[2 * i] = f.x; r[2 * i + 1] = f.y;
+            }
+        }
+    }
+};
+
 // One head's pass 2 over its `live` splits (partials at rows base .. base + live - 1): the block's
 // threads cover the output dims (nd <= 2: blockDim >= DV / 2); every thread sums L and its A's in split
 // order, so a dim's arithmetic does not depend on the block size (attn_combine and attn_split's fused
@@ -296,17 +336,55 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     }
     const KT* kb = kc + (i64)hk * S * D + lane * PD;
     const KT* vb = vc + (i64)hk * S * DV + lane * PV;
+#ifdef BW24_ATTN_PIPE  // CudaOps.attn_pipe (BW24_ATTN_PIPE=1), opt-in until measured: the next round's loads
+    // go out before this round's math (RawRow), the same rows in the same order, so the same bits
+    constexpr bool PIPE = !ROPE && PD % 2 == 0 && PV % 2 == 0;
+#else
+    constexpr bool PIPE = false;
+#endif
+    RawRow<PD, KT> nk[KB];  // PIPE: the round ahead's K / V words (unused, and gone, otherwise)
+    RawRow<PV, KT> nv[KB];
+    if constexpr (PIPE) {
+        if (j0 + w * KB < j1) {
+#pragma unroll
+            for (int k = 0; k < KB; ++k) {
+                const int j = min(j0 + w * KB + k, j1 - 1);
+                nk[k].load(kb + (i64)j * D);
+                nv[k].load(vb + (i64)j * DV);
+            }
+        }
+    }
     for (int r0 = j0 + w * KB; r0 < j1; r0 += NW * KB) {
         // all loads of the round first (rows past j1 re-read row j1-1 and are masked below)
         float kr[KB][PD], vr[KB][PV];
+        if constexpr (PIPE) {
 #pragma unroll
-        for (int k = 0; k < KB; ++k) {
-            const int j = min(r0 + k, j1 - 1);
-            if (ROPE && j >= p0) {  // this step's key: not in the cache yet (warp-uniform)
-                new_key<PD, PV, KT>(ra, j, p0, hk, Hkv, lane, kr[k], vr[k]);
-            } else {
-                load_row<PD>(kr[k], kb + (i64)j * D);
-                load_row<PV>(vr[k], vb + (i64)j * DV);
+            for (int k = 0; k < KB; ++k) {
+                nk[k].to(kr[k]);
+                nv[k].to(vr[k]);
+            }
+            if (r0 + NW * KB < j1) {  // warp-uniform
+#pragma unroll
+                for (int k = 0; k < KB; ++k) {
+#ifdef BW24_PLANTED_PIPE  // kernel_check canary: the prefetch re-reads this round's rows
+                    const int j = min(r0 + k, j1 - 1);
+#else
+                    const int j = min(r0 + NW * KB + k, j1 - 1);
+#endif
+                    nk[k].load(kb + (i64)j * D);
+                    nv[k].load(vb + (i64)j * DV);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < KB; ++k) {
+                const int j = min(r0 + k, j1 - 1);
+                if (ROPE && j >= p0) {  // this step's key: not in the cache yet (warp-uniform)
+                    new_key<PD, PV, KT>(ra, j, p0, hk, Hkv, lane, kr[k], vr[k]);
+                } else {
+                    load_row<PD>(kr[k], kb + (i64)j * D);
+                    load_row<PV>(vr[k], vb + (i64)j * DV);
+                }
             }
         }
 #ifdef BW24_ATTN_SUMS  // CudaOps.attn_sums (BW24_ATTN_SUMS=1), opt-in until measured

@@ -137,6 +137,12 @@ class CudaOps(Ops):
     # shuffles instead of 160, the same bits). At depth 4096 the attention was ~2x llama.cpp's cost a token
     # (the 8B: 553 vs 281 us, ca80b31). BW24_ATTN_SUMS=1; perf rows record "attn_sums". Opt-in until measured.
     attn_sums = os.environ.get("BW24_ATTN_SUMS", "0") == "1"
+    # The decode / verify attention's next round of K / V loads issued before this round's math
+    # (attention.cu RawRow; the same rows, order and bits): at depth 4096 the 8B's attention streamed its
+    # cache at about a third of the bandwidth (553 us a token against llama.cpp's 281 at ca80b31), each
+    # warp waiting on its round's loads before any math. BW24_ATTN_PIPE=1; perf rows record "attn_pipe".
+    # Opt-in until measured.
+    attn_pipe = os.environ.get("BW24_ATTN_PIPE", "0") == "1"
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). BW24_ATTN_SPLIT_HEADS=1; perf rows record
     # "attn_split_heads". Opt-in until measured.
@@ -180,6 +186,7 @@ class CudaOps(Ops):
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("attn_split_heads", self.attn_split_heads),
+                                      ("attn_pipe", self.attn_pipe),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse),
@@ -214,7 +221,7 @@ class CudaOps(Ops):
         self.cp = cp
         self.xp = cp
         self.stream = new_stream()
-        self.variant = variant  # "" = production kernels; tests may select planted_bug / _verify / _split
+        self.variant = variant  # "" = production kernels; tests may select planted_bug / _verify / _split / _pipe
         self._cache: dict[tuple[str, int], Any] = {}
         self._scratch: dict[str, Any] = {}
         self._scratch_gen = 0  # bumped by every (re)allocation in _buf: captured graphs compare it
@@ -237,11 +244,14 @@ class CudaOps(Ops):
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
-                   "planted_split": (("BW24_PLANTED_SPLIT", 1),)}.get(self.variant, ())
+                   "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),)
+                   }.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
         if self.attn_sums and file == "attention.cu":
             defines += (("BW24_ATTN_SUMS", 1),)
+        if self.attn_pipe and file == "attention.cu":
+            defines += (("BW24_ATTN_PIPE", 1),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

@@ -251,49 +251,40 @@ def test_rope_table_built_once_grown_on_demand_and_never_inside_capture(helpers)
         rope_table(cu, 1e6, 1.0, 64, 10)
 
 
-def test_attn_pipe_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
-    """BW24_ATTN_PIPE: attention.cu compiled with the next round's loads ahead of the math (float and half
-    caches, D = 64 / 128 / 256, with the batched sums too, the rope instance keeping the plain loop); CudaOps
-    passes the define to attention.cu only and records the variant in perf rows."""
+def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, define_sets) -> None:
+    """attention.cu compiles `names` under each define set; CudaOps with cu.<attr> on passes `define` to
+    attention.cu only, and records the variant (attr) in perf rows."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
 
     monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,8,32>", "attn_split<64,64,3,32,__half>",
-             "attn_split<256,256,4,32>", "attn_split<128,128,4,32,__half,true>")
-    for defines in ({"BW24_ATTN_PIPE": 1, "BW24_PDL": 1}, {"BW24_ATTN_PIPE": 1, "BW24_ATTN_SUMS": 1}):
+    for defines in define_sets:
         ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines=defines, name_expressions=names)
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
     seen = []
     monkeypatch.setattr("bw24.engine.ops.cuda.backend.get_kernel", lambda f, n, d: seen.append((f, d)))
     ops = CudaOps.__new__(CudaOps)
-    ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe = "", False, False, True
+    ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe = "", False, False, False
+    setattr(ops, attr, True)
     ops._k("attention.cu", "attn_split<128,128,4,32>")
     ops._k("qmatvec.cu", "qmv<7,1,4,1>")
-    assert seen == [("attention.cu", (("BW24_ATTN_PIPE", 1),)), ("qmatvec.cu", ())]
-    assert "attn_pipe" in ops.opt_in()
+    assert seen == [("attention.cu", ((define, 1),)), ("qmatvec.cu", ())]
+    assert attr in ops.opt_in()
+
+
+def test_attn_pipe_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
+    """BW24_ATTN_PIPE: attention.cu compiled with the next round's loads ahead of the math (float and half
+    caches, D = 64 / 128 / 256, with the batched sums too, the rope instance keeping the plain loop)."""
+    names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,8,32>", "attn_split<64,64,3,32,__half>",
+             "attn_split<256,256,4,32>", "attn_split<128,128,4,32,__half,true>")
+    _attention_variant(tmp_path, monkeypatch, "attn_pipe", "BW24_ATTN_PIPE", names,
+                       ({"BW24_ATTN_PIPE": 1, "BW24_PDL": 1}, {"BW24_ATTN_PIPE": 1, "BW24_ATTN_SUMS": 1}))
 
 
 def test_attn_sums_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
     """BW24_ATTN_SUMS: attention.cu compiled with the batched warp sums (the instances of the 8B, the 0.6B,
-    the 30B-A3B's two batches, smollm2's per-value fallback); CudaOps passes the define to attention.cu
-    only and records the variant in perf rows."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    the 30B-A3B's two batches, smollm2's per-value fallback)."""
     names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<128,128,8,32>",
              "attn_split<64,64,3,32,__half>")
-    ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines={"BW24_ATTN_SUMS": 1, "BW24_PDL": 1},
-                       name_expressions=names)
-    assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
-    seen = []
-    monkeypatch.setattr("bw24.engine.ops.cuda.backend.get_kernel", lambda f, n, d: seen.append((f, d)))
-    ops = CudaOps.__new__(CudaOps)
-    ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe = "", False, True, False
-    ops._k("attention.cu", "attn_combine")
-    ops._k("qmatvec.cu", "qmv<7,1,4,1>")
-    assert seen == [("attention.cu", (("BW24_ATTN_SUMS", 1),)), ("qmatvec.cu", ())]
-    assert "attn_sums" in ops.opt_in()
+    _attention_variant(tmp_path, monkeypatch, "attn_sums", "BW24_ATTN_SUMS", names, ({"BW24_ATTN_SUMS": 1, "BW24_PDL": 1},))

@@ -38,35 +38,33 @@ def test_verify_matvec_cases_green_and_planted_bug_red():
         "\n".join(bad)
 
 
+def _green_then_red(seed: int, only: str, variant: str, red_only: str, n_red: int) -> None:
+    """kernel_check's `only` cases green with the production kernels; with the planted `variant`, exactly
+    n_red of the `red_only` cases FAIL (the canary)."""
+    lines: list[str] = []
+    assert main(seed=seed, only=only, out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
+    bad: list[str] = []
+    assert main(seed=seed, variant=variant, only=red_only, out=bad.append) == 1
+    assert sum(s.endswith("FAIL") for s in bad) == n_red, "\n".join(bad)
+
+
 def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():
     """The fp32-path verify launches (rows a block from launch.f32_verify_rows): decode==verify bitwise,
     green; a planted bug in verify launches only (T > 1 drops the last group) turns every one red."""
-    lines: list[str] = []
-    assert main(seed=17, only="f32 decode==verify", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
-    bad: list[str] = []
-    assert main(seed=17, variant="planted_verify", only="f32 decode==verify", out=bad.append) == 1
-    assert sum(s.endswith("FAIL") for s in bad) == 4, "\n".join(bad)
+    _green_then_red(17, "f32 decode==verify", "planted_verify", "f32 decode==verify", 4)
 
 
 def test_attention_split_heads_cases_green_and_a_wrong_group_red():
     """BW24_ATTN_SPLIT_HEADS' cases (a kv head's 8 q heads over two blocks) are green; a planted variant
     whose second block recomputes the first block's heads turns the bitwise ones red."""
-    lines: list[str] = []
-    assert main(seed=19, only="attn split heads", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
-    bad: list[str] = []
-    assert main(seed=19, variant="planted_split", only="attn split heads == one block", out=bad.append) == 1
-    assert sum(s.endswith("FAIL") for s in bad) == 6, "\n".join(bad)
+    _green_then_red(19, "attn split heads", "planted_split", "attn split heads == one block", 6)
 
 
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's
     and the 0.6B's at depth 3000-4000, the D = 256 one), the one-round ones staying green."""
-    lines: list[str] = []
-    assert main(seed=23, only="attn pipe", out=lines.append) == 0, "\n".join(s for s in lines if "FAIL" in s)
-    bad: list[str] = []
-    assert main(seed=23, variant="planted_pipe", only="attn pipe == plain", out=bad.append) == 1
-    assert sum(s.endswith("FAIL") for s in bad) == 3, "\n".join(bad)
+    _green_then_red(23, "attn pipe", "planted_pipe", "attn pipe == plain", 3)
 
 
 @pytest.fixture(scope="module")

@@ -87,38 +87,38 @@ def fused(case: Case) -> Case:
     return run
 
 
-def sums(case: Case) -> Case:
-    """Run a case with the batched warp sums of the dot products (BW24_ATTN_SUMS: attention.cu warp_sum_many)."""
+def _with(attr: str, doc: str) -> Callable[[Case], Case]:
+    """A wrapper running a case with cu.<attr> on (an opt-in attention path)."""
+    def wrap(case: Case) -> Case:
+        def run(name, ref, cu, rng):
+            with setting(cu, attr, True):
+                return case(name, ref, cu, rng)
+        return run
+    wrap.__doc__ = doc
+    return wrap
+
+
+sums = _with("attn_sums", "The batched warp sums of the dot products (BW24_ATTN_SUMS: attention.cu warp_sum_many).")
+split_heads = _with("attn_split_heads", "A kv head's q heads over several attn_split blocks (BW24_ATTN_SPLIT_HEADS).")
+pipe = _with("attn_pipe", "The next round's loads ahead of the math (BW24_ATTN_PIPE: attention.cu RawRow).")
+
+
+def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, half=False, fuse: int | None = None,
+                   reps: int = 1) -> Case:
+    """cu.attention with cu.<attr> on gives the bits it gives with it off, reps launches in a row (the fused
+    pass 2's tickets re-arm), with fuse_combine forced to `fuse` where given."""
     def run(name, ref, cu, rng):
-        with setting(cu, "attn_sums", True):
-            return case(name, ref, cu, rng)
-    return run
-
-
-def split_heads(case: Case) -> Case:
-    """Run a case with a kv head's q heads over several attn_split blocks (BW24_ATTN_SPLIT_HEADS)."""
-    def run(name, ref, cu, rng):
-        with setting(cu, "attn_split_heads", True):
-            return case(name, ref, cu, rng)
-    return run
-
-
-def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None) -> Case:
-    """attn_split with a kv head's G q heads over head_groups(G) blocks gives the one-block kernel's bits,
-    with the separate or the fused pass 2 (whose tickets are then per head group), twice in a row."""
-    def run(name, ref, cu, rng):
-        if head_groups(G, True) == 1:
-            return Result(name + " (no head groups at this G: nothing split)", "exact", float("inf"), float("inf"))
         q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
         (kc, vc), _ = half_cache(kc, vc, half)
-        kw = dict(scale=D ** -0.5, softcap=None, window=window)
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
         qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
         base = getattr(cu, "attn_override", None) or {}
+        override = base if fuse is None else {**base, "fuse_combine": int(fuse)}
         got = {False: [], True: []}
-        with setting(cu, "attn_override", {**base, "fuse_combine": int(fuse)}):
+        with setting(cu, "attn_override", override or None):
             for on in (False, True):
-                with setting(cu, "attn_split_heads", on):
-                    for _ in range(2):
+                with setting(cu, attr, on):
+                    for _ in range(reps):
                         got[on].append(cu.zeros(q.shape))
                         cu.attention(qd, kd, vd, _pos(cu, p0), out=got[on][-1], **kw)
         return compare(name, "exact", np.concatenate([cu.to_host(o) for o in got[True]]),
@@ -126,46 +126,28 @@ def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=Non
     return run
 
 
-def pipe(case: Case) -> Case:
-    """Run a case with the next round's loads ahead of the math (BW24_ATTN_PIPE: attention.cu RawRow)."""
+def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None) -> Case:
+    """attn_split with a kv head's G q heads over head_groups(G) blocks gives the one-block kernel's bits,
+    with the separate or the fused pass 2 (whose tickets are then per head group), twice in a row."""
+    same = same_bits_case("attn_split_heads", D, G, T, p0, window, None, Hkv, half, fuse, reps=2)
+
     def run(name, ref, cu, rng):
-        with setting(cu, "attn_pipe", True):
-            return case(name, ref, cu, rng)
+        if head_groups(G, True) == 1:
+            return Result(name + " (no head groups at this G: nothing split)", "exact", float("inf"), float("inf"))
+        return same(name, ref, cu, rng)
     return run
 
 
 def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
     """attn_split with its loads a round ahead (BW24_ATTN_PIPE) gives the plain kernel's bits: the same rows
     in the same order, only issued earlier."""
-    def run(name, ref, cu, rng):
-        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
-        (kc, vc), _ = half_cache(kc, vc, half)
-        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
-        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
-        got = {}
-        for on in (False, True):
-            got[on] = cu.zeros(q.shape)
-            with setting(cu, "attn_pipe", on):
-                cu.attention(qd, kd, vd, _pos(cu, p0), out=got[on], **kw)
-        return compare(name, "exact", cu.to_host(got[True]), cu.to_host(got[False]))
-    return run
+    return same_bits_case("attn_pipe", D, G, T, p0, window, softcap, Hkv, half)
 
 
 def sums_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
     """attn_split with warp_sum_many (BW24_ATTN_SUMS) gives the bits of the one-value warp_sum kernel: the
     same butterfly tree for every sum."""
-    def run(name, ref, cu, rng):
-        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
-        (kc, vc), _ = half_cache(kc, vc, half)
-        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
-        qd, kd, vd = _dev(cu, q), _dev(cu, kc), _dev(cu, vc)
-        got = {}
-        for on in (False, True):
-            got[on] = cu.zeros(q.shape)
-            with setting(cu, "attn_sums", on):
-                cu.attention(qd, kd, vd, _pos(cu, p0), out=got[on], **kw)
-        return compare(name, "exact", cu.to_host(got[True]), cu.to_host(got[False]))
-    return run
+    return same_bits_case("attn_sums", D, G, T, p0, window, softcap, Hkv, half)
 
 
 def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) -> Case:

@@ -181,12 +181,16 @@ class Engine:
         self.model.kv.reset()
         return np.concatenate([self.model.feed([i]) for i in ids], axis=0)
 
-    def _last_logits(self, ids: Sequence[int], batched: bool) -> np.ndarray:
+    def _last_logits(self, ids: Sequence[int], batched: bool, grid: Any = None) -> np.ndarray:
+        """Last-position logits of one batched prefill or of token-by-token decode; with `grid` (decode
+        only), the cache's keys and values are rounded to that element after every step."""
         self.model.kv.reset()
         if batched:
             return self.model.feed(ids)[-1].astype(np.float64)
         for i in ids:
             b = self.model.feed([i])[-1]
+            if grid is not None:
+                self.model.kv.round_to(grid)
         return b.astype(np.float64)
 
     def verify_prefill(self, ids: Sequence[int]) -> VerifyResult:
@@ -201,29 +205,20 @@ class Engine:
         with self.ops.exact_activations(), self._exact_cache(len(ids)):
             a, b = self._last_logits(ids, True), self._last_logits(ids, False)
         pa, pb = int(np.argmax(a)), int(np.argmax(b))
-        by = "+".join(self.ops.rounded_paths()
-                      + ([] if self.model.kv.dtype == np.float32 else [f"{self.model.kv.dtype.name}-KV"]))
+        kv_dtype = self.model.kv.dtype
+        by = "+".join(self.ops.rounded_paths() + ([] if kv_dtype == np.float32 else [f"{kv_dtype.name}-KV"]))
         rounded, alone = None, None
         if by:
             rounded = (Drift.of(self._last_logits(ids, True), b), Drift.of(self._last_logits(ids, False), b))
-            if self.model.kv.dtype != np.float32 and not all(d.ok for d in rounded):
-                alone = nmse(self._grid_cache_logits(ids, self.model.kv.dtype), b)
+            if kv_dtype != np.float32 and not all(d.ok for d in rounded):
+                # what storing keys and values as kv_dtype alone does, on the exact half's kernels (a step's
+                # own key and value enter its attention before they are rounded)
+                with self.ops.exact_activations(), self._exact_cache(len(ids)):
+                    alone = nmse(self._last_logits(ids, False, grid=kv_dtype), b)
                 bound = max(Q8_GATE_NMSE, KV_DRIFT_FACTOR * alone)
                 rounded = (replace(rounded[0], bound=bound), replace(rounded[1], bound=bound))
         return VerifyResult(pa, pb, float(np.max(np.abs(a - b))), float(a[pa] - a[pb]), self.ops.verify_tolerance,
                             rounded, by, alone)
-
-    def _grid_cache_logits(self, ids: Sequence[int], dtype) -> np.ndarray:
-        """Last-position logits of token-by-token decode with exact activations on a float32 cache whose
-        keys and values are rounded to dtype after every step: what storing them as dtype alone does to
-        the logits, computed by the kernels of the gate's exact half."""
-        with self.ops.exact_activations(), self._exact_cache(len(ids)):
-            kv = self.model.kv
-            kv.reset()
-            for i in ids:
-                b = self.model.feed([i])[-1]
-                kv.round_to(dtype)
-        return b.astype(np.float64)
 
     @contextmanager
     def _exact_cache(self, n: int) -> Iterator[None]:

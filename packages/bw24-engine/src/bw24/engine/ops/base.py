@@ -80,7 +80,7 @@ class Ops(ABC):
 
     def round_to(self, a: Any, dtype) -> None:
         """a's values rounded to dtype's grid in place (a keeps its element; the gate's calibration of
-        a float16 KV cache, engine.Engine._grid_cache_logits)."""
+        a float16 KV cache, engine.Engine.verify_prefill)."""
         a[...] = a.astype(dtype)
 
     def synchronize(self) -> None:

@@ -1,7 +1,8 @@
 """Prefill attention (T > 16 queries) from a float16 KV cache on tensor cores: one flash-style kernel,
 kernels/attention_mma.cu (mma.sync m16n8k16; q * scale and the probabilities in float16, sums and the
-softmax state in float32; the precision of llama.cpp's flash attention). CudaOps takes it under
-BW24_ATTN_MMA=1; float32 caches (and so the gate's exact half) stay on attention_prefill.cu.
+softmax state in float32; the precision of llama.cpp's flash attention). CudaOps takes it for the chunks
+the GEMM attention's size rule picks (BW24_ATTN_MMA=auto, the default; 1: every chunk); float32 caches (and
+so the gate's exact half) stay on attention_prefill.cu.
 
 Shape legend: T queries, H / Hkv query / kv heads (G = H / Hkv), D / Dv key / value head dims, S cache length.
 """

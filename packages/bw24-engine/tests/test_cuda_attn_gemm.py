@@ -231,3 +231,18 @@ def test_attn_mma_env_is_checked(monkeypatch):
     monkeypatch.setattr(CudaOps, "attn_mma_env", "on")
     with pytest.raises(ValueError, match="BW24_ATTN_MMA='on'"):
         CudaOps()
+
+
+def test_prefill_graphs_choose_the_attention_without_the_position(monkeypatch):
+    """With prefill graphs (BW24_PREFILL_GRAPH=1) one captured chunk serves every position, so its attention
+    path may not depend on n_keys: mma wherever usable (a float16 cache at head dim 64 / 128), else the flash
+    kernel, never the GEMMs (sized by n_keys). Without them the auto rule's choices, which do move with n_keys."""
+    cases = [(512, 16, 128, np.float16, 512), (512, 16, 128, np.float16, 4096), (512, 32, 128, np.float32, 4096),
+             (512, 32, 256, np.float16, 4096)]
+    ops = _ops("auto", "auto")
+    ops.prefill_graphs = True
+    assert _dispatch(monkeypatch, ops, cases) == ["mma", "mma", "flash", "flash"]
+    assert "prefill_graph" in ops.opt_in()
+    ops.prefill_graphs = False
+    assert _dispatch(monkeypatch, ops, cases) == ["flash", "mma", "flash", "gemm"]
+    assert "prefill_graph" not in ops.opt_in()

@@ -487,6 +487,18 @@ def test_ubatch_env_sets_the_prefill_chunk(monkeypatch):
     assert "ubatch_2048" in CudaOps.opt_in(ops)
 
 
+def test_cublas_direct_finds_libcublas_not_lt():
+    """Prefill graphs call CuPy's libcublas through ctypes (CuPy's wrappers refuse a capturing stream): the
+    library is found among the process's mappings by name, libcublasLt and other libraries passed over."""
+    from bw24.engine.ops.cuda.cublas_direct import find_loaded
+
+    maps = ("7f00-7f10 r-xp 00000000 08:01 11 /opt/nv/lib/libcublasLt.so.13\n"
+            "7f10-7f20 r-xp 00000000 08:01 12 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+            "7f20-7f30 r-xp 00000000 08:01 13 /opt/nv/cu13/lib/libcublas.so.13\n")
+    assert find_loaded(maps) == "/opt/nv/cu13/lib/libcublas.so.13"
+    assert find_loaded(maps.splitlines()[0]) is None
+
+
 def test_prefill_scratch_env(monkeypatch):
     """BW24_PREFILL_SCRATCH_MB: a bad value is a clear error naming the variable; a good one sets the chunk
     bytes that gemm_rows cuts by (memory.plan reads the same module value) and is recorded in perf rows."""

@@ -73,6 +73,53 @@ def test_logit_rows_chunk_all_logits_and_keep_long_prefill_chunks(tiny, helpers)
         real(5, last_only=False)
 
 
+def test_prefill_graphs_take_full_chunks_and_capture_again_when_scratch_or_cache_moves(tiny, helpers):
+    """A backend with prefill graphs (CudaOps, BW24_PREFILL_GRAPH=1): full max_batch chunks go through one
+    ops.capture run (eager, then captured, then replayed), shorter chunks and all-logits feeds run eagerly;
+    a moved scratch generation or a swapped KV cache makes a new capture. The logits are the plain feed's.
+    (The CPU stands in for a replay by running the same forward; the GPU test compares real replays.)"""
+    from bw24.engine.ops.ref import RefOps
+
+    log: list[str] = []
+
+    class GraphOps(RefOps):
+        prefill_graphs, graph_rows, _scratch_gen = True, 2, 0
+
+        def capture(self, step):  # CudaOps.capture's order: eager, capture at the second call, replays
+            state = {"n": 0, "g": None}
+
+            def run():
+                state["n"] += 1
+                if state["n"] == 2:
+                    state["g"] = "graph"
+                    log.append("capture")
+                log.append("eager" if state["g"] is None else "replay")
+                step()
+
+            run.graph_state = state
+            return run
+
+    ids = np.random.default_rng(5).integers(0, 300, 20)
+    plain = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7)
+    g = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7, ops=GraphOps())
+    want = plain.feed(ids)
+    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay"]  # chunks 7, 7, 6
+    log.clear()
+    g.kv.reset()
+    assert np.array_equal(g.feed(ids), want) and log == ["replay", "replay"]
+    g.kv.reset()
+    g.ops._scratch_gen = 1  # a larger step grew a buffer the graph baked in
+    log.clear()
+    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay"]
+    g.kv = g.kv.like(64, g.kv.dtype)  # another cache swapped in (Engine._exact_cache)
+    log.clear()
+    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay"]
+    g.kv.reset()
+    plain.kv.reset()
+    log.clear()
+    assert np.array_equal(g.feed(ids, all_logits=True), plain.feed(ids, all_logits=True)) and log == []
+
+
 def test_sliding_window_changes_gemma3_logits(tiny, helpers):
     """Canary for the window plumbing: gemma3 with the window disabled must give other logits."""
     ids = np.random.default_rng(2).integers(0, 300, 12)

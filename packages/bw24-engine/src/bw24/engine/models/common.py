@@ -134,6 +134,37 @@ class Buffers:
         return self._views[T]
 
 
+class PrefillGraph:
+    """A full prefill chunk (T = max_batch prompt rows) as one captured forward, for a backend with
+    prefill_graphs (CudaOps, BW24_PREFILL_GRAPH=1): ops.capture runs the first chunk eagerly (compiles,
+    sizes scratch), captures at the second and replays from then on. The forward reads its position from
+    kv.pos on the device and advances it there, and keeps its rows in the fixed buffers, so one graph
+    serves every full chunk of every prompt. A captured graph holds the scratch pointers it saw: when
+    the backend's scratch generation moves (a longer all-logits chunk, a larger verify), the next chunk
+    runs eagerly and the one after captures again. A forward that read the device on the host (MoE
+    routing) is never captured (ops.capture keeps such a step eager)."""
+
+    def __init__(self, model: Transformer, T: int):
+        self.model, self.T = model, T
+        self.out: Any = None  # forward's logits view: the same buffer rows at every replay
+        self._new()
+
+    def _new(self) -> None:
+        def step() -> None:
+            self.out = self.model.forward(self.T, last_only=True)
+
+        self.run, self.gen, self.kv = self.model.ops.capture(step), None, self.model.kv
+
+    def __call__(self) -> Any:
+        ops = self.model.ops
+        if (self.gen is not None and self.gen != ops._scratch_gen) or self.model.kv is not self.kv:
+            self._new()  # moved scratch, or another cache swapped in (Engine._exact_cache)
+        self.run()
+        if self.gen is None and self.run.graph_state["g"] is not None:
+            self.gen = ops._scratch_gen  # the pointers this graph baked in
+        return self.out
+
+
 class Transformer:
     """A decoder-only transformer over an op backend; subclasses write forward() top to bottom."""
 
@@ -196,6 +227,16 @@ class Transformer:
         return out
 
     # ---- host side of a step ------------------------------------------------------------------
+    def _prefill_graph(self, T: int) -> PrefillGraph | None:
+        """The captured forward of a full chunk where the backend has prefill graphs; else None (eager)."""
+        o = self.ops
+        if not getattr(o, "prefill_graphs", False) or T != self.max_batch or T <= (o.graph_rows or 0):
+            return None
+        g = self.__dict__.get("_prefill_graph_run")
+        if g is None or g.T != T:
+            g = self._prefill_graph_run = PrefillGraph(self, T)
+        return g
+
     def check_ids(self, ids: Sequence[int]) -> np.ndarray:
         a = np.asarray(ids, dtype=np.int64).reshape(-1)
         bad = a[(a < 0) | (a >= self.cfg.n_vocab)]
@@ -222,7 +263,8 @@ class Transformer:
             b = self.buf.view(T)
             self.ops.copy_from_host(b.ids, chunk)
             last = s + T == a.size
-            out = self.forward(T, last_only=not all_logits)
+            graph = self._prefill_graph(T) if not all_logits and hidden is None else None
+            out = graph() if graph is not None else self.forward(T, last_only=not all_logits)
             if hidden is not None:
                 hidden.append(self.ops.to_host(b.h))
             if all_logits or last:

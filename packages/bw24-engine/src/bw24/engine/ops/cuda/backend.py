@@ -65,12 +65,13 @@ class CudaOps(Ops):
         """Every matvec on the fp32-activation path, no int8 rounding of x in prefill and split (fp32-like)
         prefill products (the gate's exact half); eager calls only: a graph captured inside keeps the paths
         it was captured with."""
-        old = self.qmv_configs.force_path, self.prefill_precision
-        self.qmv_configs.force_path, self.prefill_precision = "f32", "split"
+        old = self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs
+        # (prefill graphs off: a replayed chunk would run the paths it was captured with)
+        self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = "f32", "split", False
         try:
             yield
         finally:
-            self.qmv_configs.force_path, self.prefill_precision = old
+            self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = old
 
     def rounded_paths(self) -> list[str]:
         head = ["int8-head"] if self.qmv_configs.f32_body and not self.quantizes_activations else []
@@ -181,6 +182,15 @@ class CudaOps(Ops):
     ubatch_env = os.environ.get("BW24_UBATCH")
     default_max_batch = 512
     logit_rows = 128
+    # A full prefill chunk (max_batch tokens) as one CUDA graph, captured at the second such chunk and
+    # replayed at every later one whatever its position (models/common.PrefillGraph). Prefill is host-bound
+    # on small models: at e7b99ea the 0.6B's 512-token chunk cost ~13 ms of host time whatever its kernels
+    # (pp512 18.2 ms wall for 11.2 ms of kernels; pp4096 in 512-token chunks 126 ms, in 2048-token ones 48 ms).
+    # The cuBLAS GEMMs go through ctypes (cublas_direct: CuPy refuses a capturing stream), and the
+    # attention's path is then chosen without the chunk's position (mma wherever usable, else the flash
+    # kernel; never the position-sized GEMM path). MoE layers read their routing on the host: their
+    # forwards stay eager. BW24_PREFILL_GRAPH=1; perf rows record "prefill_graph". Opt-in until measured.
+    prefill_graphs = os.environ.get("BW24_PREFILL_GRAPH", "0") == "1"
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -197,7 +207,8 @@ class CudaOps(Ops):
                                       ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),
-                                      (f"ubatch_{self.ubatch_env}", self.ubatch_env)) if on]
+                                      (f"ubatch_{self.ubatch_env}", self.ubatch_env),
+                                      ("prefill_graph", self.prefill_graphs)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -289,6 +300,7 @@ class CudaOps(Ops):
             return self.cp.zeros(shape, dtype=dtype)
 
     def to_host(self, a):
+        self._host_synced = True  # a step that reads the device cannot be captured (capture's eager run)
         out = a.get(stream=self.stream)
         self.stream.synchronize()
         return out
@@ -597,6 +609,12 @@ class CudaOps(Ops):
         from . import attn_gemm, attn_mma
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
+        if self.prefill_graphs:  # one graph serves every position: a path chosen without n_keys
+            if attn_mma.usable(q, k_cache, v_cache):
+                attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+            else:
+                attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+            return
         # the GEMM rule's "auto" choice: a chunk big enough that one of the tensor-core paths beats flash
         big = self.attn_gemm_auto and n_keys is not None and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys)
         mma = self.attn_mma or (self.attn_mma_auto and big and not self.attn_gemm)  # BW24_ATTN_GEMM=1 wins auto

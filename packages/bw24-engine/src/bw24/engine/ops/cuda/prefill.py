@@ -71,13 +71,20 @@ OP_N, OP_T = 0, 1  # cublasOperation_t (no cuBLAS import needed to plan the call
 def gemm_ex(ops, op_a: int, op_b: int, m: int, n: int, k: int, a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
             c: int, ldc: int, sc: int, batch: int, alpha, beta) -> None:
     """Column-major C[m, n] = alpha op(A) op(B) + beta C: float16 A / B, float32 C and compute, on the
-    backend's stream; `batch` such triples at element strides sa / sb / sc (one: cublasGemmEx)."""
+    backend's stream; `batch` such triples at element strides sa / sb / sc (one: cublasGemmEx). With prefill
+    graphs on, through ctypes (cublas_direct: CuPy's wrappers refuse a capturing stream)."""
     from cupy.cuda import device
     from cupy_backends.cuda.api import runtime
     from cupy_backends.cuda.libs import cublas
 
-    h = device.get_cublas_handle()
     f16, f32 = runtime.CUDA_R_16F, runtime.CUDA_R_32F
+    if getattr(ops, "prefill_graphs", False):
+        from . import cublas_direct
+
+        cublas_direct.gemm(ops, op_a, op_b, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, alpha, beta,
+                           f16, f32, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+        return
+    h = device.get_cublas_handle()
     with ops.stream:  # cupy_backends' cuBLAS wrappers bind the handle to the *current* stream
         cublas.setStream(h, ops.stream.ptr)
         cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)  # alpha/beta are host floats

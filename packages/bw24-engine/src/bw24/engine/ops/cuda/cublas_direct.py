@@ -67,8 +67,9 @@ def prepare(ops) -> int:
     if getattr(ops, "_cublas_ws", None) is None:
         with ops.stream:
             ops._cublas_ws = ops.cp.empty(WORKSPACE, dtype=ops.cp.uint8)
-    _check(lib.cublasSetWorkspace_v2(h, ops._cublas_ws.data.ptr, WORKSPACE), "cublasSetWorkspace")
     _check(lib.cublasSetStream_v2(h, ops.stream.ptr), "cublasSetStream")
+    # after the stream: cublasSetStream resets the handle's workspace to the default pool (cuBLAS docs)
+    _check(lib.cublasSetWorkspace_v2(h, ops._cublas_ws.data.ptr, WORKSPACE), "cublasSetWorkspace")
     _check(lib.cublasSetPointerMode_v2(h, 0), "cublasSetPointerMode")  # CUBLAS_POINTER_MODE_HOST
     return h
 

@@ -499,6 +499,27 @@ def test_cublas_direct_finds_libcublas_not_lt():
     assert find_loaded(maps.splitlines()[0]) is None
 
 
+def test_attn_decode_env_forces_the_split_geometry(monkeypatch):
+    """BW24_ATTN_DECODE=CH:NS: a value outside the compiled space is a clear error naming the variable; a good
+    one overrides the tuning table's decode attention geometry (set before the GPU is needed) and is
+    recorded in perf rows."""
+    from bw24.engine.ops.cuda.attn import attn_geometry
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    for bad in ("32", "48:33", "32:40", "x:y", "32:33:1"):
+        monkeypatch.setattr(CudaOps, "attn_decode_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_ATTN_DECODE='{bad}'"):
+            CudaOps()
+    monkeypatch.setattr(CudaOps, "attn_decode_env", "64:66")
+    monkeypatch.setattr("bw24.runtime.require_gpu", lambda: (_ for _ in ()).throw(RuntimeError("no GPU")))
+    ops = CudaOps.__new__(CudaOps)
+    with pytest.raises(RuntimeError, match="no GPU"):
+        ops.__init__()
+    assert ops.attn_override == {"chunk": 64, "max_splits": 66}
+    assert attn_geometry(None, 8192, 8, n_sm=132, override=ops.attn_override) == (64, 66)
+    assert "attn_decode_64x66" in ops.opt_in()
+
+
 def test_prefill_scratch_env(monkeypatch):
     """BW24_PREFILL_SCRATCH_MB: a bad value is a clear error naming the variable; a good one sets the chunk
     bytes that gemm_rows cuts by (memory.plan reads the same module value) and is recorded in perf rows."""

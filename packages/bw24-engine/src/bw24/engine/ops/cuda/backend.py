@@ -191,6 +191,13 @@ class CudaOps(Ops):
     # kernel; never the position-sized GEMM path). MoE layers read their routing on the host: their
     # forwards stay eager. BW24_PREFILL_GRAPH=1; perf rows record "prefill_graph". Opt-in until measured.
     prefill_graphs = os.environ.get("BW24_PREFILL_GRAPH", "0") == "1"
+    # The decode / verify attention's split geometry for a measured run, "CH:NS" (keys a split unit, most
+    # splits: ops/cuda/attn.py ATTN_SPACE), over the tuning table's (chunk 32, 33 splits on the H200). At
+    # depth 4096 the 8B's attention cost ~590 us a token against llama.cpp's ~320 (e7b99ea, from the d0 /
+    # d4096 rows), in 8 kv heads x 33 splits = 264 blocks of 4 warps: two a SM. The table came from eager
+    # single-layer timings (tune_attention, ddfc1fd), not from replayed steps. Perf rows record
+    # "attn_decode_CHxNS".
+    attn_decode_env = os.environ.get("BW24_ATTN_DECODE")
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -208,7 +215,9 @@ class CudaOps(Ops):
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),
                                       (f"ubatch_{self.ubatch_env}", self.ubatch_env),
-                                      ("prefill_graph", self.prefill_graphs)) if on]
+                                      ("prefill_graph", self.prefill_graphs),
+                                      (f"attn_decode_{(self.attn_decode_env or '').replace(':', 'x')}",
+                                       self.attn_decode_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -230,6 +239,15 @@ class CudaOps(Ops):
             self.default_max_batch = int(self.ubatch_env)
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
+        if self.attn_decode_env is not None:
+            from .attn import ATTN_SPACE
+
+            ch, _, ns = self.attn_decode_env.partition(":")
+            if not (ch.isdigit() and ns.isdigit() and int(ch) in ATTN_SPACE["chunk"]
+                    and int(ns) in ATTN_SPACE["max_splits"]):
+                raise ValueError(f"BW24_ATTN_DECODE={self.attn_decode_env!r}: CH:NS with CH in {ATTN_SPACE['chunk']} "
+                                 f"and NS in {ATTN_SPACE['max_splits']} (unset: the tuning table)")
+            self.set_launch_config("attention", "decode", {"chunk": int(ch), "max_splits": int(ns)})
         require_gpu()
         self.cp = cp
         self.xp = cp

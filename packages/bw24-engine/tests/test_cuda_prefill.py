@@ -246,6 +246,30 @@ def test_moe_prefill_chunks_bound_experts_and_padded_rows(monkeypatch):
     assert moe_prefill.experts_per_chunk(2048, 768, True) == 42  # qwen3-30b-a3b, split
 
 
+@pytest.mark.parametrize("T,k,X,ec", [(512, 8, 128, 85), (37, 2, 8, 3), (300, 4, 1024, 100), (20, 3, 60, 1)])
+def test_moe_prefill_chunk_maps_place_every_slot_as_the_per_expert_loop(T, k, X, ec):
+    """chunk_maps (vectorized: one scatter per chunk) gives the maps of the per-expert loop it replaced:
+    padded row b * cm + i of chunk expert b holds that expert's i-th slot in token order, or -1; every
+    routed slot appears exactly once."""
+    from bw24.engine.ops.cuda import moe_prefill
+
+    rng = np.random.default_rng(T + X)
+    p = 1.0 / np.arange(1, X + 1) ** 1.5  # skewed: busy experts, rare and unused ones
+    sel = np.concatenate([rng.choice(X, k, replace=False, p=p / p.sum()) for _ in range(T)]).astype(np.int64)
+    counts = np.bincount(sel, minlength=X)
+    chunks = moe_prefill.plan_chunks(counts, T, ec)
+    got = moe_prefill.chunk_maps(sel, counts, chunks, k)
+    seen = []
+    for (ex, cm, m), want_ex in zip(got, chunks, strict=True):
+        assert np.array_equal(ex, want_ex) and cm == -(-int(counts[ex].max()) // 8) * 8
+        want = np.full((len(ex), cm), -1)
+        for b, e in enumerate(ex):  # the loop: expert e's slots in token (slot) order
+            want[b, :counts[e]] = np.flatnonzero(sel == e)
+        assert np.array_equal(m, want.reshape(-1))
+        seen += list(m[m >= 0])
+    assert sorted(seen) == list(range(T * k))
+
+
 @pytest.mark.parametrize("f,names", [("prefill_gemm.cu", ("dequant_rows_h<7>", "x_to_half", "gemm_epilogue")),
                                      ("attention_prefill.cu", ("attn_prefill<64,64,3,8>",)),
                                      ("attention_mma.cu", ("attn_mma<128,128>",)),

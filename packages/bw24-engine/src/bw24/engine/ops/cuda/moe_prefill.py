@@ -71,15 +71,24 @@ def _rows(ops, kernel: str, a, rmap, R: int, n: int, b) -> None:
 def chunk_maps(sel_h: np.ndarray, counts: np.ndarray, chunks, k: int) -> list[tuple[np.ndarray, int, np.ndarray]]:
     """Per chunk (its experts, cm, map [n_e * cm]): padded row b*cm + i of expert b holds its i-th slot
     (token order) or -1 (padding). The gather reads token slot // k, the scatter writes slot."""
-    order = np.argsort(sel_h, kind="stable")  # slots grouped by expert, token order within
+    # slots grouped by expert, token order within; int16 keys (X <= 1024) take numpy's radix sort: 20 us
+    # against 160 for int64 ones on the 30B-A3B's 4096 slots
+    order = np.argsort(sel_h.astype(np.int16), kind="stable")
     start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    e_of = sel_h[order]  # the expert of each grouped slot
+    rank = np.arange(order.size) - start[e_of]  # its place among its expert's slots
+    # one vectorized scatter per chunk: a Python loop over the experts cost ~460 us a layer of host time
+    # (T = 512, k = 8, X = 128) while the GPU waited on the routing read
+    chunk_of, b_of = np.full(counts.size, -1), np.zeros(counts.size, np.int64)
+    for c, ex in enumerate(chunks):
+        chunk_of[ex], b_of[ex] = c, np.arange(len(ex))
     out = []
-    for ex in chunks:
+    for c, ex in enumerate(chunks):
         cm = -(-int(counts[ex].max()) // 8) * 8
-        m = np.full((len(ex), cm), -1, np.int64)
-        for b, e in enumerate(ex):
-            m[b, :counts[e]] = order[start[e]:start[e] + counts[e]]
-        out.append((ex, cm, m.reshape(-1)))
+        m = np.full(len(ex) * cm, -1, np.int64)
+        mine = chunk_of[e_of] == c
+        m[b_of[e_of[mine]] * cm + rank[mine]] = order[mine]
+        out.append((ex, cm, m))
     return out
 
 

@@ -113,3 +113,13 @@ def test_broken_kernel_fails_the_compile_stage(cache, tmp_path, monkeypatch):
     lines: list[str] = []
     assert kernel_check.compile_stage(out=lines.append) is False
     assert any("FAIL" in s for s in lines)
+
+
+def test_stage_latency_benchmark_kernel_compiles(cache):
+    """benchmarks/stage_latency.cu (gpu_stage_latency.py: graph of kernels vs a persistent kernel's grid
+    barrier) compiles for sm_90a; its timing needs the GPU."""
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "stage_latency.cu"
+    ck = compile_cubin(bench, "90a")
+    assert ck.cubin[:4] == b"\x7fELF"

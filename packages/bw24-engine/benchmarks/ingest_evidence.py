@@ -1,0 +1,128 @@
+"""Bring one GPU session's logs (h200_session.sh's /tmp/r, unpacked from its `pack` tarball) into the repository
+under the names the evidence folder uses, and its perf rows into benchmarks/perf.jsonl.
+
+    python packages/bw24-engine/benchmarks/ingest_evidence.py R_DIR SHA [--dry-run]
+
+- perf rows: R_DIR/perf.jsonl must start with the committed benchmarks/perf.jsonl (the host appended to a copy
+  of it); the rows after that prefix are appended. Anything else is an error that names the first differing
+  line, and nothing is written.
+- logs: kernel_check.log, pytest_gpu.log, run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
+  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log at the top of R_DIR; the same under a `with`
+  stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands as
+  <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
+  line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
+
+Then regenerate the README table: python -m bw24.engine.cli bench --table --write README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+EVIDENCE = ROOT / "packages" / "bw24-engine" / "evidence"
+PERF = ROOT / "benchmarks" / "perf.jsonl"
+_WARN = re.compile(r"UserWarning|warnings\.warn|_warn_once")
+
+
+def suffix_of(folder: str) -> str:
+    """A `with` stage's folder (VAR_VALUE) as a file-name suffix: BW24_ATTN_MMA_1 -> _attn_mma,
+    BW24_UBATCH_2048 -> _ubatch_2048, BW24_PDL_0 -> _pdl_0."""
+    name = folder[5:] if folder.startswith("BW24_") else folder
+    name = name.lower()
+    return "_" + (name[:-2] if name.endswith("_1") else name)
+
+
+def target_name(rel: Path, sha: str) -> str | None:
+    """The evidence file name for a log at rel (relative to R_DIR), or None for files that stay behind."""
+    parts = rel.parts
+    suffix = "".join(suffix_of(p) for p in parts[:-1] if p.startswith("BW24_"))
+    name = parts[-1]
+    stem, ext = name.rsplit(".", 1) if "." in name else (name, "")
+    if any(not p.startswith("BW24_") for p in parts[:-1]):  # inside a stage's own folder
+        if name == "spec_bench.jsonl" and parts[-2].startswith("spec_"):  # spec_pair/spec_bench.jsonl
+            return f"spec_bench_h200_{sha}_{parts[-2][5:]}{suffix}.jsonl"
+        return None  # profile/*.json, mvsweep/*.json: the logs above carry their tables
+    if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log"):
+        return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
+            + f"_h200_{sha}{suffix}.log"
+    if name == "profile.log":
+        return f"profile_h200_{sha}{suffix}.txt"
+    if stem.startswith("run_gen_"):
+        return f"{stem}_cuda_h200_{sha}{suffix}.log"
+    if stem.startswith("perf_") and ext == "log":
+        return f"perf_h200_{sha}{suffix or ''}.log"  # several perf stages of one folder are concatenated
+    if stem.startswith("spec_") and ext == "log":
+        return f"spec_bench_h200_{sha}_{stem[5:]}{suffix}.txt"
+    return None
+
+
+def plan(r: Path, sha: str) -> dict[str, list[Path]]:
+    """Evidence name -> the logs (in name order) that make it."""
+    out: dict[str, list[Path]] = {}
+    for p in sorted(r.rglob("*")):
+        if p.is_file():
+            t = target_name(p.relative_to(r), sha)
+            if t is not None:
+                out.setdefault(t, []).append(p)
+    return out
+
+
+def new_perf_rows(r: Path) -> list[str]:
+    """The host's perf.jsonl lines after the committed prefix (ValueError where they differ)."""
+    host = (r / "perf.jsonl").read_text().splitlines() if (r / "perf.jsonl").is_file() else []
+    ours = PERF.read_text().splitlines() if PERF.is_file() else []
+    if not host:
+        return []
+    for i, (a, b) in enumerate(zip(ours, host, strict=False)):
+        if a != b:
+            raise ValueError(f"{r / 'perf.jsonl'} line {i + 1} differs from {PERF}: not a copy of it plus new rows")
+    if len(host) < len(ours):
+        raise ValueError(f"{r / 'perf.jsonl'} has {len(host)} lines, fewer than the committed {len(ours)}")
+    return host[len(ours):]
+
+
+def text_of(paths: list[Path], header: str) -> str:
+    parts = []
+    for p in paths:
+        t = p.read_text(errors="replace")
+        lines = [ln for ln in t.splitlines() if not _WARN.search(ln)] if p.name == "profile.log" else t.splitlines()
+        if not lines or not lines[0].startswith("# device:"):
+            lines.insert(0, header)
+        parts.append("\n".join(lines))
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("r", type=Path)
+    ap.add_argument("sha")
+    ap.add_argument("--device", default="NVIDIA H200")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args(argv)
+    if not re.fullmatch(r"[0-9a-f]{7,40}", a.sha):
+        print(f"ingest: {a.sha!r} is not a git sha", file=sys.stderr)
+        return 2
+    try:
+        rows = new_perf_rows(a.r)
+    except ValueError as e:
+        print(f"ingest: {e}", file=sys.stderr)
+        return 1
+    header = f"# device: {a.device}; git: {a.sha} (header added by ingest_evidence.py)"
+    files = plan(a.r, a.sha)
+    for name, paths in files.items():
+        print(f"{name:<70} <- {', '.join(str(p.relative_to(a.r)) for p in paths)}")
+        if not a.dry_run:
+            (EVIDENCE / name).write_text(text_of(paths, header))
+    print(f"perf rows: {len(rows)} new")
+    if rows and not a.dry_run:
+        with PERF.open("a") as fh:
+            fh.write("\n".join(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""benchmarks/ingest_evidence.py: a GPU session's /tmp/r into the evidence folder's names and its perf rows
+into benchmarks/perf.jsonl (only after the committed rows, which the host's copy must start with)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ingest_evidence.py"
+
+
+@pytest.fixture
+def ingest(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("ingest_evidence", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ev, perf = tmp_path / "evidence", tmp_path / "perf.jsonl"
+    ev.mkdir()
+    perf.write_text('{"row": 1}\n{"row": 2}\n')
+    monkeypatch.setattr(mod, "EVIDENCE", ev)
+    monkeypatch.setattr(mod, "PERF", perf)
+    return mod, ev, perf
+
+
+def _session(r: Path, perf_rows: list[dict]) -> None:
+    (r / "BW24_UBATCH_2048").mkdir(parents=True)
+    (r / "BW24_ATTN_MMA_1").mkdir()
+    (r / "spec_pair").mkdir()
+    (r / "profile").mkdir()
+    hdr = "# device: NVIDIA H200, 580; date: 2026-11-30; git: abc1234\n"
+    (r / "kernel_check.log").write_text(hdr + "421 cases\n")
+    (r / "perf_1a2b3c.log").write_text(hdr + "cells\n")
+    (r / "BW24_UBATCH_2048" / "perf_4d5e6f.log").write_text(hdr + "ubatch cells\n")
+    (r / "BW24_ATTN_MMA_1" / "profile.log").write_text("x/profiler.py:224: UserWarning: clears\n  _warn_once(\n## decode\n")
+    (r / "run_gen_smollm2-135m.log").write_text(hdr + "MATCH\n")
+    (r / "spec_pair.log").write_text(hdr + "pair 0.54x\n")
+    (r / "spec_pair" / "spec_bench.jsonl").write_text("{}\n")
+    (r / "profile" / "profile_x.json").write_text("{}")
+    (r / "perf.jsonl").write_text("".join(json.dumps(x) + "\n" for x in perf_rows))
+
+
+def test_logs_land_under_evidence_names_and_new_rows_append(ingest, tmp_path):
+    mod, ev, perf = ingest
+    r = tmp_path / "r"
+    _session(r, [{"row": 1}, {"row": 2}, {"row": 3}])
+    assert mod.main([str(r), "abc1234"]) == 0
+    assert sorted(p.name for p in ev.iterdir()) == [
+        "kernel_check_h200_abc1234.log", "perf_h200_abc1234.log", "perf_h200_abc1234_ubatch_2048.log",
+        "profile_h200_abc1234_attn_mma.txt", "run_gen_smollm2-135m_cuda_h200_abc1234.log",
+        "spec_bench_h200_abc1234_pair.jsonl", "spec_bench_h200_abc1234_pair.txt"]
+    prof = (ev / "profile_h200_abc1234_attn_mma.txt").read_text().splitlines()
+    assert prof[0].startswith("# device: NVIDIA H200; git: abc1234") and prof[1:] == ["## decode"]  # warnings gone
+    assert (ev / "kernel_check_h200_abc1234.log").read_text().startswith("# device: NVIDIA H200, 580; date:")
+    assert perf.read_text().splitlines() == ['{"row": 1}', '{"row": 2}', '{"row": 3}']
+
+
+def test_a_host_file_that_is_not_the_committed_one_plus_rows_writes_nothing(ingest, tmp_path, capsys):
+    mod, ev, perf = ingest
+    r = tmp_path / "r"
+    _session(r, [{"row": 1}, {"row": 9}, {"row": 3}])
+    assert mod.main([str(r), "abc1234"]) == 1
+    assert "line 2 differs" in capsys.readouterr().err
+    assert list(ev.iterdir()) == [] and perf.read_text() == '{"row": 1}\n{"row": 2}\n'
+    assert mod.main([str(r), "not-a-sha"]) == 2

@@ -123,3 +123,26 @@ def test_stage_latency_benchmark_kernel_compiles(cache):
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "stage_latency.cu"
     ck = compile_cubin(bench, "90a")
     assert ck.cubin[:4] == b"\x7fELF"
+
+
+def test_warm_kernels_builds_the_modules_get_kernel_loads(cache):
+    """benchmarks/warm_kernels.py (the GPU host's first stage) compiles each COMPILE_SET instance as its own
+    module with CudaOps' sm_90 defines, and each file's plain extern "C" kernels as one more, under the cache
+    keys get_kernel's loads ask for (one name expression for a template instance, none otherwise)."""
+    import importlib.util
+    from pathlib import Path
+
+    from bw24.runtime.compile import cache_key
+
+    spec = importlib.util.spec_from_file_location(
+        "warm_kernels", Path(__file__).resolve().parents[1] / "benchmarks" / "warm_kernels.py")
+    wk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wk)
+    jobs = wk.jobs(pdl=True)
+    assert {(f, names) for f, names, _ in jobs} == (
+        {(f, (n,)) for f, ns in COMPILE_SET.items() for n in ns} | {(f, ()) for f in COMPILE_SET})
+    assert all(defines == {"BW24_PDL": 1} for _, _, defines in jobs)
+    job = next(j for j in jobs if j[0] == "norm.cu" and j[1])
+    key = wk._compile(job, "90a")
+    assert key == cache_key(KERNEL_DIR / "norm.cu", "90a", {"BW24_PDL": 1}, job[1], ())
+    assert (cache / f"{key}.cubin").is_file()

@@ -627,19 +627,16 @@ class CudaOps(Ops):
         from . import attn_gemm, attn_mma
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
-        if self.prefill_graphs:  # one graph serves every position: a path chosen without n_keys
-            if attn_mma.usable(q, k_cache, v_cache):
-                attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
-            else:
-                attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
-            return
+        # prefill graphs: one graph serves every position, so the path is chosen without n_keys (mma wherever
+        # usable, else flash; never the GEMMs, sized by n_keys)
+        graphs = self.prefill_graphs
         # the GEMM rule's "auto" choice: a chunk big enough that one of the tensor-core paths beats flash
         big = self.attn_gemm_auto and n_keys is not None and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys)
-        mma = self.attn_mma or (self.attn_mma_auto and big and not self.attn_gemm)  # BW24_ATTN_GEMM=1 wins auto
+        mma = graphs or self.attn_mma or (self.attn_mma_auto and big and not self.attn_gemm)  # GEMM=1 wins auto
         if mma and attn_mma.usable(q, k_cache, v_cache):
             attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
             return
-        if attn_gemm.usable(q, k_cache, v_cache, n_keys) and (self.attn_gemm or big):
+        if not graphs and attn_gemm.usable(q, k_cache, v_cache, n_keys) and (self.attn_gemm or big):
             attn_gemm.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,
                                 out=out, n_keys=n_keys)
             return

@@ -9,7 +9,7 @@
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
-#         bg NAME 'STAGE ARGS; STAGE ARGS...' (a detached chain of stages, one GPU chain at a time through
+#         bg NAME 'STAGE ARGS; STAGE ARGS...' | bg NAME @FILE (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
 set -uo pipefail
 SHA=$1; STAGE=$2; shift 2
@@ -112,10 +112,12 @@ log=lambda s: None))" "$m")
     tar cf - --exclude=./.models --exclude=./.whl --exclude=./.whl_nb --exclude=./.llama --exclude=./.git . \
       | (cd $W && tar xf -)
     chain="cd $W; "
-    IFS=';' read -ra parts <<< "$*"
+    # the stages as one ';'-separated argument, or @FILE: one stage a line ('#' comments), e.g. next_chain.txt
+    list="$*"; [[ $list == @* ]] && list=$(grep -v '^\s*\(#\|$\)' "${list#@}" | paste -sd';')
+    IFS=';' read -ra parts <<< "$list"
     for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $B/h200_session.sh $SHA $st; "; done
     setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
-    echo "bg $name started from $W: $*" ;;
+    echo "bg $name started from $W: $list" ;;
   wait)  # hold the machine (a call in flight) until chain NAME is done or SECS pass; then show, pack
     end=$((SECONDS + ${2:-280}))
     while [ $SECONDS -lt $end ] && ! grep -q "== [0-9:]* done$" $R/bg_$1.out 2>/dev/null; do sleep 5; done

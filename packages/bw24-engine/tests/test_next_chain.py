@@ -1,0 +1,60 @@
+"""benchmarks/next_chain.txt, the next H200 session's stages, checked here: a typo there costs device
+minutes (a stage the driver does not know, a perf cell that matches no cell, a variable never read)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bw24.engine.perf.cells import load_cells
+
+ROOT = Path(__file__).resolve().parents[3]
+BENCH = ROOT / "packages/bw24-engine/benchmarks"
+
+
+def _stages(text: str) -> list[str]:
+    return [s.strip() for s in text.splitlines() if s.strip() and not s.lstrip().startswith("#")]
+
+
+def _labels() -> set[str]:
+    """The stage names h200_session.sh's case statement knows."""
+    body = (BENCH / "h200_session.sh").read_text().split("case $STAGE in", 1)[1]
+    return {m for line in re.findall(r"^\s{2}([a-z0-9|]+)\)", body, re.M) for m in line.split("|")}
+
+
+def chain_problems(text: str, labels: set[str], cell_ids: list[str], env_names: set[str]) -> list[str]:
+    bad = []
+    for st in _stages(text):
+        words = st.split()
+        while words and words[0] == "with":  # with VAR=VALUE STAGE ...
+            var = words[1].split("=")[0] if len(words) > 1 else ""
+            if "=" not in (words[1] if len(words) > 1 else "") or var not in env_names:
+                bad.append(f"{st}: {var or '?'} is read nowhere")
+            words = words[2:]
+        if not words or words[0] not in labels:
+            bad.append(f"{st}: unknown stage {words[0] if words else ''!r}")
+        elif words[0] == "perf":
+            for pat in words[1].split(","):
+                if sum(pat in c for c in cell_ids) != 1:
+                    bad.append(f"{st}: {pat!r} does not name exactly one cell")
+    return bad
+
+
+def _env_names() -> set[str]:
+    src = "\n".join(p.read_text() for p in (ROOT / "packages").rglob("*.py"))
+    return set(re.findall(r"\bBW24_[A-Z0-9_]+", src))
+
+
+def test_next_chain_names_known_stages_cells_and_variables():
+    ids = [c.id for c in load_cells(ROOT / "benchmarks/cells.toml")]
+    text = (BENCH / "next_chain.txt").read_text()
+    assert len(_stages(text)) >= 5
+    assert chain_problems(text, _labels(), ids, _env_names()) == []
+
+
+def test_chain_check_catches_a_typo():
+    """Canary: a misspelt stage, a cell that matches none (or two), an unknown variable are each named."""
+    ids = ["qwen3-8b-q4_k_m-tg128@d0", "qwen3-8b-q4_k_m-tg128@d4096"]
+    text = "kc\nperff x\nperf qwen3-8b-q4_k_m-tg128@d0\nperf tg128\nperf qwen3-9b\nwith BW24_NOPE=1 kc\n"
+    got = chain_problems(text, {"kc", "perf"}, ids, {"BW24_PDL"})
+    assert len(got) == 4 and "perff" in got[0] and "'tg128'" in got[1] and "qwen3-9b" in got[2] and "BW24_NOPE" in got[3]

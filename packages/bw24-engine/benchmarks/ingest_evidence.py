@@ -30,9 +30,10 @@ _WARN = re.compile(r"UserWarning|warnings\.warn|_warn_once")
 
 def suffix_of(folder: str) -> str:
     """A `with` stage's folder (VAR_VALUE) as a file-name suffix: BW24_ATTN_MMA_1 -> _attn_mma,
-    BW24_UBATCH_2048 -> _ubatch_2048, BW24_PDL_0 -> _pdl_0."""
+    BW24_UBATCH_2048 -> _ubatch_2048, BW24_PDL_0 -> _pdl_0, BW24_ATTN_DECODE_32:66 -> _attn_decode_32x66 (as the
+    perf rows' variant: no ':' in a file name)."""
     name = folder[5:] if folder.startswith("BW24_") else folder
-    name = name.lower()
+    name = name.lower().replace(":", "x")
     return "_" + (name[:-2] if name.endswith("_1") else name)
 
 

@@ -65,3 +65,9 @@ def test_a_host_file_that_is_not_the_committed_one_plus_rows_writes_nothing(inge
     assert "line 2 differs" in capsys.readouterr().err
     assert list(ev.iterdir()) == [] and perf.read_text() == '{"row": 1}\n{"row": 2}\n'
     assert mod.main([str(r), "not-a-sha"]) == 2
+
+
+def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
+    mod = ingest[0]
+    assert mod.suffix_of("BW24_ATTN_DECODE_32:66") == "_attn_decode_32x66"
+    assert mod.suffix_of("BW24_PREFILL_GRAPH_1") == "_prefill_graph" and mod.suffix_of("BW24_PDL_0") == "_pdl_0"

@@ -172,7 +172,7 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
         ops.synchronize()
 
     prefill()
-    prefill()  # with prefill graphs (BW24_PREFILL_GRAPH=1) the first chunk runs eagerly, the second captures
+    prefill()  # with prefill graphs (the default) the first chunk runs eagerly, the second captures
     t0 = time.perf_counter()
     prefill()
     pp_s = time.perf_counter() - t0

@@ -155,6 +155,7 @@ def test_prefill_attention_dispatch_auto_rule(monkeypatch, env, T, H, n_keys, wa
     monkeypatch.setattr(prefill, "attention", lambda *a, **kw: seen.append("flash"))
     ops = CudaOps.__new__(CudaOps)
     ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto = env, env == "1", env not in ("0", "1")
+    ops.prefill_graphs = False  # (BW24_PREFILL_GRAPH=0: with graphs the GEMMs, sized by n_keys, never run)
     q = np.zeros((T, H, 8), np.float32)
     for dtype in (np.float16, np.float32):
         kc = np.zeros((2, 4096, 8), dtype)
@@ -191,6 +192,7 @@ def _ops(gemm_env: str, mma_env: str):
     ops = CudaOps.__new__(CudaOps)
     ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto = gemm_env, gemm_env == "1", gemm_env not in ("0", "1")
     ops.attn_mma_env, ops.attn_mma, ops.attn_mma_auto = mma_env, mma_env == "1", mma_env == "auto"
+    ops.prefill_graphs = False  # the eager rules (BW24_PREFILL_GRAPH=0); the graph rule has its own test
     return ops
 
 
@@ -234,7 +236,7 @@ def test_attn_mma_env_is_checked(monkeypatch):
 
 
 def test_prefill_graphs_choose_the_attention_without_the_position(monkeypatch):
-    """With prefill graphs (BW24_PREFILL_GRAPH=1) one captured chunk serves every position, so its attention
+    """With prefill graphs (the default; BW24_PREFILL_GRAPH=0 turns them off) one captured chunk serves every position, so its attention
     path may not depend on n_keys: mma wherever usable (a float16 cache at head dim 64 / 128), else the flash
     kernel, never the GEMMs (sized by n_keys). Without them the auto rule's choices, which do move with n_keys."""
     cases = [(512, 16, 128, np.float16, 512), (512, 16, 128, np.float16, 4096), (512, 32, 128, np.float32, 4096),
@@ -242,7 +244,7 @@ def test_prefill_graphs_choose_the_attention_without_the_position(monkeypatch):
     ops = _ops("auto", "auto")
     ops.prefill_graphs = True
     assert _dispatch(monkeypatch, ops, cases) == ["mma", "mma", "flash", "flash"]
-    assert "prefill_graph" in ops.opt_in()
+    assert "no_prefill_graph" not in ops.opt_in()  # the default
     ops.prefill_graphs = False
     assert _dispatch(monkeypatch, ops, cases) == ["flash", "mma", "flash", "gemm"]
-    assert "prefill_graph" not in ops.opt_in()
+    assert "no_prefill_graph" in ops.opt_in()

@@ -120,10 +120,10 @@ def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory):
 
 
 def _prefill_runs(eng, prompts, *, graphs: bool) -> list[np.ndarray]:
-    """Each prompt's last-token logits from a fresh context, prefill graphs on (BW24_PREFILL_GRAPH=1) and
+    """Each prompt's last-token logits from a fresh context, prefill graphs on (the default) and
     captured (graphs) or run eagerly with the same kernels (use_graphs off)."""
     eng.ops.prefill_graphs, eng.ops.use_graphs = True, graphs
-    eng.model.__dict__.pop("_prefill_graph_run", None)
+    eng.model.__dict__.pop("_prefill_graphs", None)
     out = []
     for p in prompts:
         eng.model.kv.reset()
@@ -132,8 +132,8 @@ def _prefill_runs(eng, prompts, *, graphs: bool) -> list[np.ndarray]:
 
 
 def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_caught(tmp_path_factory, monkeypatch):
-    """Full prefill chunks captured once and replayed at every later full chunk of any prompt (models/common
-    PrefillGraph, cuBLAS through ctypes) give the eager chunks' bits: max_batch 32 (> 16: the prefill GEMMs),
+    """Prefill chunks captured once per size and replayed at every later chunk of that size of any prompt
+    (models/common PrefillGraph, cuBLAS through ctypes) give the eager chunks' bits: max_batch 32 (> 16: the prefill GEMMs),
     a 100-token prompt (chunk 1 eager, 2 captured, 3 replayed, a tail of 4) then a 70-token one (2 replays).
     Canary: a graph captured without its position's advance must give other logits. A MoE model's forward
     reads its routing on the host: it stays eager, with the same bits."""
@@ -145,7 +145,7 @@ def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_
     prompts = [[int(i) for i in rng.integers(10, 500, n)] for n in (100, 70)]
     eager = _prefill_runs(eng, prompts, graphs=False)
     graph = _prefill_runs(eng, prompts, graphs=True)
-    assert eng.model._prefill_graph_run.run.graph_state["g"] is not None  # really captured
+    assert eng.model._prefill_graphs[32].run.graph_state["g"] is not None  # really captured
     assert all(np.array_equal(a, b) for a, b in zip(eager, graph, strict=True))
     real = eng.ops.advance
     monkeypatch.setattr(eng.ops, "advance", lambda pos, n: None if eng.ops._capturing else real(pos, n))
@@ -154,7 +154,7 @@ def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_
     moe = Engine.load(str(_synth(tmp_path_factory, "qwen3moe-tiny")), backend="cuda", n_ctx=320, max_batch=32,
                       progress=False)
     eager, graph = _prefill_runs(moe, prompts, graphs=False), _prefill_runs(moe, prompts, graphs=True)
-    assert moe.model._prefill_graph_run.run.graph_state["g"] is None  # kept eager
+    assert moe.model._prefill_graphs[32].run.graph_state["g"] is None  # kept eager
     assert all(np.array_equal(a, b) for a, b in zip(eager, graph, strict=True))
 
 

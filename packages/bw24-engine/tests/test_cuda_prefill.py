@@ -423,10 +423,16 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
         np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-4)
     # gate / up of one shape with the GLU in the epilogue: out = silu(gate) * up, up's out left unwritten
     ops.launched.clear()
+    scratch.clear()  # the y this call asks for, alone
     g, u = np.full((T, 24), np.nan, np.float32), np.full((T, 24), np.nan, np.float32)
     prefill.stacked_gemm(ops, [(ws[1], 0, 24, g, None, None, 0.0), (ws[2], 0, 24, u, None, None, 0.0)], T,
                          (x.ravel(), None, sx), split, glu="silu")
-    assert ops.launched == ["gemm_epilogue_glu"] and np.isnan(u).all()
+    # in chunks of h rows of each (glu_gemm): h = the scratch's rows // 2 (at most F = 24; ROW_ALIGN = 128
+    # is above every scratch here, so no rounding), y [T, 2h] per chunk, out's column slices rows F apart
+    h = min(24, prefill.gemm_rows(K, split) // 2)
+    assert ops.launched == ["gemm_epilogue_glu"] * -(-24 // h) and np.isnan(u).all()
+    assert ops.glu_chunks == [min(h, 24 - a) for a in range(0, 24, h)]
+    assert scratch["gemm_y"].size == T * 2 * h  # [T, 2h], not [T, 2F]
     gw, uw = (0.5 * (x.astype(np.float32) @ w.data.astype(np.float16).astype(np.float32).T) for w in ws[1:])
     np.testing.assert_allclose(g, gw / (1 + np.exp(-gw)) * uw, rtol=1e-5, atol=1e-4)
 
@@ -439,6 +445,7 @@ class _EpilogueOps:
         import contextlib
 
         self._buf, self.stream, self.helpers, self.launched = buf, contextlib.nullcontext(), helpers, []
+        self.glu_chunks: list[int] = []  # gemm_epilogue_glu's F per launch
 
     def _k(self, file, name):
         assert len(self.helpers.kernel_params(file, name)) > 0
@@ -452,11 +459,12 @@ class _EpilogueOps:
         self.launched.append(name)
         y, sx = np.asarray(args[0]).ravel(), np.asarray(args[1])
         if name == "gemm_epilogue_glu":
-            F, total, act, out = int(args[2]), int(args[3]), ACTIVATIONS[int(args[4])], args[5]
+            F, total, act, out, ldo = int(args[2]), int(args[3]), ACTIVATIONS[int(args[4])], args[5], int(args[6])
             T = total // F
             yy = y[: T * 2 * F].reshape(T, 2 * F) * sx[:T, None]
-            assert act == "silu"
+            assert act == "silu" and out.shape == (T, F) and out.strides[0] == 4 * ldo  # a slice of rows ldo apart
             out[...] = yy[:, :F] / (1 + np.exp(-yy[:, :F])) * yy[:, F:]
+            self.glu_chunks.append(F)
             return
         assert name == "gemm_epilogue_parts"
         ldy, total, rest = int(args[2]), int(args[3]), args[4:]

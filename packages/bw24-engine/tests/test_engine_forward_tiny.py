@@ -73,10 +73,11 @@ def test_logit_rows_chunk_all_logits_and_keep_long_prefill_chunks(tiny, helpers)
         real(5, last_only=False)
 
 
-def test_prefill_graphs_take_full_chunks_and_capture_again_when_scratch_or_cache_moves(tiny, helpers):
-    """A backend with prefill graphs (CudaOps, BW24_PREFILL_GRAPH=1): full max_batch chunks go through one
-    ops.capture run (eager, then captured, then replayed), shorter chunks and all-logits feeds run eagerly;
-    a moved scratch generation or a swapped KV cache makes a new capture. The logits are the plain feed's.
+def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_moves(tiny, helpers):
+    """A backend with prefill graphs (CudaOps): each chunk size above graph_rows has its ops.capture run
+    (eager, then captured, then replayed: the full chunks and the last, shorter one apart), all-logits feeds
+    run eagerly; a moved scratch generation or a swapped KV cache makes a new capture; only
+    PREFILL_GRAPH_SIZES sizes are kept. The logits are the plain feed's.
     (The CPU stands in for a replay by running the same forward; the GPU test compares real replays.)"""
     from bw24.engine.ops.ref import RefOps
 
@@ -103,21 +104,34 @@ def test_prefill_graphs_take_full_chunks_and_capture_again_when_scratch_or_cache
     plain = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7)
     g = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7, ops=GraphOps())
     want = plain.feed(ids)
-    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay"]  # chunks 7, 7, 6
+    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay", "eager"]  # chunks 7, 7, 6
     log.clear()
     g.kv.reset()
-    assert np.array_equal(g.feed(ids), want) and log == ["replay", "replay"]
+    assert np.array_equal(g.feed(ids), want) and log == ["replay", "replay", "capture", "replay"]
     g.kv.reset()
-    g.ops._scratch_gen = 1  # a larger step grew a buffer the graph baked in
+    g.ops._scratch_gen = 1  # a larger step grew a buffer the graphs baked in
     log.clear()
-    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay"]
+    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay", "eager"]
     g.kv = g.kv.like(64, g.kv.dtype)  # another cache swapped in (Engine._exact_cache)
     log.clear()
-    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay"]
+    assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay", "eager"]
     g.kv.reset()
     plain.kv.reset()
     log.clear()
     assert np.array_equal(g.feed(ids, all_logits=True), plain.feed(ids, all_logits=True)) and log == []
+    from bw24.engine.models.common import PREFILL_GRAPH_SIZES
+
+    sizes = list(range(3, 4 + PREFILL_GRAPH_SIZES))  # one-chunk prompts of new sizes push the oldest out
+    for n in sizes:
+        g.kv.reset()
+        g.feed(ids[:n])
+    assert list(g._prefill_graphs) == sizes[-PREFILL_GRAPH_SIZES:]
+    g.kv.reset()
+    assert np.array_equal(g.feed(ids[:2]), plain_feed(helpers, tiny, ids[:2])) and g._prefill_graphs.get(2) is None
+
+
+def plain_feed(helpers, tiny, ids):
+    return helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7).feed(ids)
 
 
 def test_sliding_window_changes_gemma3_logits(tiny, helpers):

@@ -136,6 +136,11 @@ def cases() -> Iterator[tuple[str, Case]]:
                              (Q.Q6_K, 33, "silu", "fp16")):
         yield f"prefill ffn_glu {qt.name:<5} N=300 T={T} {act} ({prec}; GLU in the epilogue)", \
             ffn_glu_case(qt, T, act, prec)
+    # prefill.glu_gemm in chunks: 256 scratch rows = 128 of gate and 128 of up at a time, out's columns in slices
+    for qt, prec in ((Q.Q4_K, "split"), (Q.Q6_K, "fp16")):
+        yield f"prefill ffn_glu {qt.name:<5} N=300 T=40 silu ({prec}; 128-row chunks of gate and up)", \
+            budget_case(ffn_glu_case(qt, 40, "silu", prec), "prefill", "PREFILL_SCRATCH",
+                        256 * 768 * 2 * (2 if prec == "split" else 1))
     # Q/K/V-style prefill (prefill.gemm_multi: one conversion of x, the weights stacked into one GEMM; row
     # chunks of 128 rows straddle the 301 / 77 / 45-row weights when the scratch is cut)
     for qts, T, bias, rows in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, True, None), ((Q.Q8_0, Q.Q8_0, Q.Q8_0), 100, False, 128),

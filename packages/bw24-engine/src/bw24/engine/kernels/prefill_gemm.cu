@@ -143,14 +143,15 @@ extern "C" __global__ void gemm_epilogue_parts(const float* __restrict__ y, cons
 // The epilogue of a stacked gate/up GEMM (CudaOps.ffn_glu's prefill rows) with the GLU in it: y [T, 2F] holds
 // gate's F columns then up's, out [T, F] = act(gate) * up with gemm_epilogue's scaling and glu's formula
 // (elementwise.cu: the same bits as the two epilogues and the glu launch it replaces). total = T * F.
+// out's rows ldo apart: a chunk of F of a wider gate/up's columns (prefill.glu_gemm) writes its slice of them.
 extern "C" __global__ void gemm_epilogue_glu(const float* __restrict__ y, const float* __restrict__ sx, int F,
-                                             i64 total, int act, float* __restrict__ out) {
+                                             i64 total, int act, float* __restrict__ out, int ldo) {
     PDL_OPEN();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const i64 t = i / F;
         const int f = (int)(i - t * F);
         const float g = y[t * 2 * F + f] * sx[t], u = y[t * 2 * F + F + f] * sx[t];
-        out[i] = glu_act(g, act) * u;
+        out[t * ldo + f] = glu_act(g, act) * u;
     }
 }
 

@@ -134,12 +134,15 @@ class Buffers:
         return self._views[T]
 
 
+PREFILL_GRAPH_SIZES = 4  # prefill chunk sizes with a captured graph at a time (Transformer._prefill_graph)
+
+
 class PrefillGraph:
-    """A full prefill chunk (T = max_batch prompt rows) as one captured forward, for a backend with
-    prefill_graphs (CudaOps, BW24_PREFILL_GRAPH=1): ops.capture runs the first chunk eagerly (compiles,
-    sizes scratch), captures at the second and replays from then on. The forward reads its position from
-    kv.pos on the device and advances it there, and keeps its rows in the fixed buffers, so one graph
-    serves every full chunk of every prompt. A captured graph holds the scratch pointers it saw: when
+    """A prefill chunk of T prompt rows as one captured forward, for a backend with
+    prefill_graphs (CudaOps; on unless BW24_PREFILL_GRAPH=0): ops.capture runs the first chunk of this size
+    eagerly (compiles, sizes scratch), captures at the second and replays from then on. The forward reads
+    its position from kv.pos on the device and advances it there, and keeps its rows in the fixed buffers,
+    so one graph serves every T-token chunk of every prompt. A captured graph holds the scratch pointers it saw: when
     the backend's scratch generation moves (a longer all-logits chunk, a larger verify), the next chunk
     runs eagerly and the one after captures again. A forward that read the device on the host (MoE
     routing) is never captured (ops.capture keeps such a step eager)."""
@@ -234,13 +237,20 @@ class Transformer:
 
     # ---- host side of a step ------------------------------------------------------------------
     def _prefill_graph(self, T: int) -> PrefillGraph | None:
-        """The captured forward of a full chunk where the backend has prefill graphs; else None (eager)."""
+        """The captured forward of a T-token chunk where the backend has prefill graphs; else None (eager).
+        One PrefillGraph per chunk size, the PREFILL_GRAPH_SIZES most recently used kept: the full chunk of
+        a long prompt and a prompt's last, shorter chunk (a 512-token prompt under 2048-token chunks) each
+        replay from their second run; a size seen once stays eager (ops.capture's first run)."""
         o = self.ops
-        if not getattr(o, "prefill_graphs", False) or T != self.max_batch or T <= (o.graph_rows or 0):
+        if not getattr(o, "prefill_graphs", False) or T <= (o.graph_rows or 0):
             return None
-        g = self.__dict__.get("_prefill_graph_run")
-        if g is None or g.T != T:
-            g = self._prefill_graph_run = PrefillGraph(self, T)
+        graphs = self.__dict__.setdefault("_prefill_graphs", {})  # T -> PrefillGraph, least recent first
+        g = graphs.pop(T, None)
+        if g is None:
+            g = PrefillGraph(self, T)
+            if len(graphs) >= PREFILL_GRAPH_SIZES:
+                graphs.pop(next(iter(graphs)))
+        graphs[T] = g
         return g
 
     def check_ids(self, ids: Sequence[int]) -> np.ndarray:

@@ -177,7 +177,7 @@ class CellBench:
             self._decode_rep()
             self.kernels = self._count_decode_kernels()
         elif mode == "prefill":
-            self._prefill_rep()  # with prefill graphs (BW24_PREFILL_GRAPH=1) a one-chunk cell's first
+            self._prefill_rep()  # with prefill graphs (the default) a one-chunk cell's first
             self._prefill_rep()  # chunk runs eagerly and its second captures, as decode's steps do
         else:
             self._spec_setup()

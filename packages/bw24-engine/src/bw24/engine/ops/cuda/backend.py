@@ -182,15 +182,18 @@ class CudaOps(Ops):
     ubatch_env = os.environ.get("BW24_UBATCH")
     default_max_batch = 512
     logit_rows = 128
-    # A full prefill chunk (max_batch tokens) as one CUDA graph, captured at the second such chunk and
+    # A prefill chunk as one CUDA graph per chunk size, captured at the second chunk of that size and
     # replayed at every later one whatever its position (models/common.PrefillGraph). Prefill is host-bound
     # on small models: at e7b99ea the 0.6B's 512-token chunk cost ~13 ms of host time whatever its kernels
     # (pp512 18.2 ms wall for 11.2 ms of kernels; pp4096 in 512-token chunks 126 ms, in 2048-token ones 48 ms).
     # The cuBLAS GEMMs go through ctypes (cublas_direct: CuPy refuses a capturing stream), and the
     # attention's path is then chosen without the chunk's position (mma wherever usable, else the flash
     # kernel; never the position-sized GEMM path). MoE layers read their routing on the host: their
-    # forwards stay eager. BW24_PREFILL_GRAPH=1; perf rows record "prefill_graph". Opt-in until measured.
-    prefill_graphs = os.environ.get("BW24_PREFILL_GRAPH", "0") == "1"
+    # forwards stay eager. The default since the H200 run at 370d098 (GPU pytest's replays == eager green;
+    # evidence/perf_h200_370d098_prefill_graph.log): the 0.6B's pp512 88,983 tok/s (31,836 without, e7b99ea),
+    # pp4096 53,190 (32,530); the 8B's pp512 17,878 (16,518), pp4096 15,139 (14,224).
+    # BW24_PREFILL_GRAPH=0 turns them off (perf rows then record "no_prefill_graph").
+    prefill_graphs = os.environ.get("BW24_PREFILL_GRAPH", "1") != "0"
     # The decode / verify attention's split geometry for a measured run, "CH:NS" (keys a split unit, most
     # splits: ops/cuda/attn.py ATTN_SPACE), over the tuning table's (chunk 32, 33 splits on the H200). At
     # depth 4096 the 8B's attention cost ~590 us a token against llama.cpp's ~320 (e7b99ea, from the d0 /
@@ -199,9 +202,12 @@ class CudaOps(Ops):
     # "attn_decode_CHxNS".
     attn_decode_env = os.environ.get("BW24_ATTN_DECODE")
     # L2 prefetch, in MiB a layer, of the weights a decode / verify step reads after its attention (wo, gate,
-    # up, down, the next layer's Q/K/V, first rows first), issued by rope_kv (ops/cuda/prefetch.py): HBM idles while the short
-    # kernels between the Q/K/V and gate/up matvecs run. A hint: the same bits. Perf rows record
-    # "l2_prefetch_<MiB>m". Opt-in until measured.
+    # up, down, the next layer's Q/K/V, first rows first), issued by rope_kv (ops/cuda/prefetch.py): HBM idles
+    # while the short kernels between the Q/K/V and gate/up matvecs run. A hint: the same bits. Perf rows
+    # record "l2_prefetch_<MiB>m". Opt-in: slower on every model at 370d098 (kernel-check green; d0 decode in
+    # one session, evidence/perf_h200_370d098*): the 8B 441.6 tok/s (16 MiB) / 411.4 (32) against 465.9
+    # without, the 0.6B 867.5 (16) against 1,139.5 at a6dcfe3, the 30B-A3B 280.9 (16) against 299.2, the 32B 116.7 (32)
+    # against 123.6, the 8B's Q8_0 330.5 (32) against 343.8: the more bytes asked for, the slower.
     l2_prefetch_env = os.environ.get("BW24_L2_PREFETCH")
 
     def opt_in(self) -> list[str]:
@@ -220,7 +226,7 @@ class CudaOps(Ops):
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),
                                       (f"ubatch_{self.ubatch_env}", self.ubatch_env),
-                                      ("prefill_graph", self.prefill_graphs),
+                                      ("no_prefill_graph", not self.prefill_graphs),
                                       (f"attn_decode_{(self.attn_decode_env or '').replace(':', 'x')}",
                                        self.attn_decode_env),
                                       (f"l2_prefetch_{self.l2_prefetch_env}m", self.l2_prefetch_env)) if on]

@@ -3,7 +3,7 @@
 CuPy's cuBLAS wrappers refuse to run while a stream captures ("calling cuBLAS API during stream capture is
 currently unsupported": a guard in CuPy's setStream, not a cuBLAS limit; the cuBLAS documentation's "CUDA
 Graphs Support" allows capture, with host-mode alpha / beta captured by value). With prefill graphs on
-(CudaOps.prefill_graphs, BW24_PREFILL_GRAPH=1) ops/cuda/prefill.py calls the same library CuPy has loaded,
+(CudaOps.prefill_graphs, on unless BW24_PREFILL_GRAPH=0) ops/cuda/prefill.py calls the same library CuPy has loaded,
 with CuPy's handle, directly, eagerly and in capture alike, so both choose the same algorithms. A workspace
 of the backend's own (cublasSetWorkspace, after every cublasSetStream, which resets it) keeps cuBLAS from
 allocating one inside a capture.

@@ -202,8 +202,8 @@ def stacked_gemm(ops, parts, T: int, xs, split: bool, glu: str | None = None) ->
     one weight of Ns = sum(n) rows against x converted (xs = (xh, xl, sx)): each row chunk (gemm_rows) is
     dequantized piece by piece from the parts it spans, one set of products writes its columns of
     y [T, Ns], then one epilogue launch reads them into the parts' outs (ldy = Ns): gemm_epilogue_parts
-    for up to three parts with at most a bias (Q/K/V), gemm_epilogue_glu writing act(gate) * up into the
-    first part's out (glu = act: parts are gate and up of one shape), gemm_epilogue per part otherwise."""
+    for up to three parts with at most a bias (Q/K/V), gemm_epilogue per part otherwise. glu = act (parts are
+    gate and up of one shape): glu_gemm, act(gate) * up into the first part's out, in chunks of rows of each."""
     if glu is not None:
         glu_gemm(ops, parts, T, xs, split, glu)
         return

@@ -169,15 +169,8 @@ def rmsnorm_case(shape, add: bool) -> Case:
     return run
 
 
-def rope_case(mode, T, H, Hkv, D, rope_dim, p0, prefetch: bool = False) -> Case:
-    """prefetch: the launch also carries an L2 prefetch table (CudaOps.prefetch_l2) over real weight planes,
-    whole and cut, several 64 KiB pieces each: the same values, and no fault from its addresses."""
+def rope_case(mode, T, H, Hkv, D, rope_dim, p0) -> Case:
     def run(name, ref, cu, rng):
-        if prefetch:
-            ws = [cu.weight_from_raw(f"pf{j}", random_raw(qt, n, k, rng), qt, (n, k))
-                  for j, (qt, n, k) in enumerate(((Q.Q4_K, 333, 768), (Q.Q8_0, 4096, 544), (Q.Q6_K, 1000, 768)))]
-            with setting(cu, "l2_prefetch_bytes", 1 << 20):
-                cu.prefetch_l2(((ws[0],), (ws[1], ws[2])))
         S = p0 + T + 3
         q = rng.standard_normal((T, H, D)).astype(np.float32)
         k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
@@ -189,8 +182,6 @@ def rope_case(mode, T, H, Hkv, D, rope_dim, p0, prefetch: bool = False) -> Case:
         qd, kcd, vcd = _dev(cu, q), cu.zeros((Hkv, S, D)), cu.zeros((Hkv, S, D))
         cu.rope_kv(qd, _dev(cu, k), _dev(cu, v), _dev(cu, np.array([p0], np.int32)), kcd, vcd, base=10000.0,
                    freq_scale=1.0, rope_dim=rope_dim, mode=mode)
-        if prefetch and (cu._l2_pending is not None or not cu._l2_tables):
-            raise AssertionError("rope_kv did not take the armed L2 prefetch table")
         got = np.concatenate([cu.to_host(a).ravel() for a in (qd, kcd, vcd)])
         return compare(name, "elementw", got, np.concatenate([qr.ravel(), kc.ravel(), vc.ravel()]))
     return run
@@ -411,7 +402,6 @@ def cases() -> Iterator[tuple[str, Case]]:
     for mode, T, H, Hkv, D, rd, p0 in (("norm", 1, 9, 3, 64, 64, 517), ("neox", 4, 8, 2, 128, 128, 4093),
                                        ("neox", 2, 4, 1, 256, 256, 0), ("norm", 3, 6, 2, 64, 32, 77)):
         yield f"rope_kv {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}", rope_case(mode, T, H, Hkv, D, rd, p0)
-    yield "rope_kv neox T=1 H=8/2 D=128 pos=4093 +l2 prefetch", rope_case("neox", 1, 8, 2, 128, 128, 4093, True)
     for rd, base, fs, n in ((128, 1e6, 1.0, 40960), (64, 1e4, 0.25, 8192), (32, 5e5, 1.0, 3)):
         yield f"rope_table rope_dim={rd} base={base:g} freq_scale={fs} positions={n}", rope_table_case(rd, base, fs, n)
     for D, _, G in ATTN_SHAPES:

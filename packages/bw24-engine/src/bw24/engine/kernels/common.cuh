@@ -37,36 +37,6 @@ typedef long long i64;
         PDL_WAIT(); \
     } while (0)
 
-// L2 prefetch of weights a later kernel of the step reads (CudaOps.prefetch_l2, BW24_L2_PREFETCH): decode's
-// HBM sits idle while the short kernels between two matvecs run (rope, attention at small depth, norms),
-// so a kernel there asks the memory system to bring the next matvecs' first rows into the L2 (50 MiB on
-// the H200) and those matvecs then find them there. A hint only: no value changes, only where it is read
-// from. pf holds n_pf (address, bytes) pairs, both multiples of 16; they are cut into PF_CHUNK pieces dealt
-// round-robin over the grid's blocks first (each SM's copy engine takes a share), then over threads.
-// sm_90+: one cp.async.bulk.prefetch per piece (non-blocking); older GPUs: prefetch.global.L2 per line.
-#define PF_CHUNK 65536
-__device__ __forceinline__ void l2_prefetch(const i64* __restrict__ pf, int n_pf) {
-    if (pf == nullptr) return;
-    const i64 nb = (i64)gridDim.x * gridDim.y * gridDim.z;
-    const i64 b = blockIdx.x + (i64)gridDim.x * (blockIdx.y + (i64)gridDim.y * blockIdx.z);
-    const i64 slot = (i64)threadIdx.x * nb + b, slots = nb * blockDim.x;  // piece c goes to slot c % slots
-    i64 c0 = 0;  // global index of range r's first piece
-    for (int r = 0; r < n_pf; ++r) {
-        const char* a = (const char*)pf[2 * r];
-        const i64 bytes = pf[2 * r + 1], pieces = (bytes + PF_CHUNK - 1) / PF_CHUNK;
-        for (i64 c = c0 + ((slot - c0) % slots + slots) % slots; c < c0 + pieces; c += slots) {
-            const i64 off = (c - c0) * PF_CHUNK;
-            const u32 n = (u32)min((i64)PF_CHUNK, bytes - off);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a + off), "r"(n) : "memory");
-#else
-            for (u32 l = 0; l < n; l += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + off + l));
-#endif
-        }
-        c0 += pieces;
-    }
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);

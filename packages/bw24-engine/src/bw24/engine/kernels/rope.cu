@@ -17,8 +17,6 @@
 // registers, so the norm's sum of squares is one block reduction and the in-place rotation of q needs
 // no barrier. blockDim is fixed by D and Dv alone: a row's arithmetic does not depend on T.
 // KT: the cache element, float or __half (common.cuh kv_store; the rotation itself is fp32).
-// pf: optional L2 prefetch ranges (common.cuh l2_prefetch): issued by every block, they add no bytes of
-// their own, only move when the later matvecs' weight reads happen.
 // Bytes moved: q read+write 8*H*D, k read 4*Hkv*D, cache writes sizeof(KT)*Hkv*(D+Dv), v read 4*Hkv*Dv per token
 //   (+ 4*D per norm weight, L2-resident).
 #include "common.cuh"
@@ -44,10 +42,8 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
                         const int* __restrict__ pos, KT* k_cache, KT* v_cache,
                                    int H, int Hkv, int D, int Dv, int S, int rope_dim, int neox,
                                    const float2* __restrict__ tab, const float* __restrict__ q_norm,
-                                   const float* __restrict__ k_norm, float eps, const i64* __restrict__ pf,
-                                   int n_pf) {
+                                   const float* __restrict__ k_norm, float eps) {
     PDL_OPEN();
-    l2_prefetch(pf, n_pf);  // decode / verify rows: the wo / gate / up rows ahead (common.cuh), or nothing
     __shared__ float red[32];
     const int t = blockIdx.x, head = blockIdx.y;
     const int p = pos[0] + t;

@@ -207,12 +207,6 @@ class Transformer:
         # n_keys: kv.n_past already counts these T (reserve before forward)
         attn = dict(scale=c.attn_scale, softcap=c.attn_softcap, window=c.sliding_window if swa else None, out=b.a3,
                     n_keys=kv.n_past)
-        if b.q3.shape[0] <= 16:  # decode / verify rows: the matrices the step reads after the attention, in
-            # the order their blocks run (a gate/up launch runs all of gate's blocks first), up to the next
-            # layer's Q/K/V (a MoE layer's experts are known only after its routing: skipped)
-            nxt = self.w.layers[i + 1] if i + 1 < len(self.w.layers) else None
-            ws = (L.wo, L.w_gate, L.w_up, L.w_down) + ((nxt.wq, nxt.wk, nxt.wv) if nxt is not None else ())
-            o.prefetch_l2(tuple((w,) for w in ws if w is not None))
         o.rope_attention(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], rope=rope, attn=attn)  # -> b.a3 [T, H, Dv]
 
     def dense_ffn(self, L: LayerWeights, b: SimpleNamespace, norm: Any = None) -> None:

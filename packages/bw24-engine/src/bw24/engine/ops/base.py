@@ -180,12 +180,6 @@ class Ops(ABC):
         Query head h reads kv head h // (H / Hkv). n_keys: the host's count of cached keys (pos[0] + T),
         when the caller knows it without reading the device; a backend may size its work by it."""
 
-    def prefetch_l2(self, groups: Any) -> None:
-        """A hint before rope_attention of decode / verify rows: the weight groups the step reads next
-        ((wo,), (gate,), (up,), ...) may be brought into a cache meanwhile (cuda: BW24_L2_PREFETCH). Changes
-        no value; by default nothing."""
-        return None
-
     def rope_attention(self, q: Any, k: Any, v: Any, pos: Any, k_cache: Any, v_cache: Any, *, rope: dict,
                        attn: dict) -> None:
         """rope_kv(q, k, v, pos, k_cache, v_cache, **rope), then attention(q, k_cache, v_cache, pos,

@@ -201,14 +201,6 @@ class CudaOps(Ops):
     # single-layer timings (tune_attention, ddfc1fd), not from replayed steps. Perf rows record
     # "attn_decode_CHxNS".
     attn_decode_env = os.environ.get("BW24_ATTN_DECODE")
-    # L2 prefetch, in MiB a layer, of the weights a decode / verify step reads after its attention (wo, gate,
-    # up, down, the next layer's Q/K/V, first rows first), issued by rope_kv (ops/cuda/prefetch.py): HBM idles
-    # while the short kernels between the Q/K/V and gate/up matvecs run. A hint: the same bits. Perf rows
-    # record "l2_prefetch_<MiB>m". Opt-in: slower on every model at 370d098 (kernel-check green; d0 decode in
-    # one session, evidence/perf_h200_370d098*): the 8B 441.6 tok/s (16 MiB) / 411.4 (32) against 465.9
-    # without, the 0.6B 867.5 (16) against 1,139.5 at a6dcfe3, the 30B-A3B 280.9 (16) against 299.2, the 32B 116.7 (32)
-    # against 123.6, the 8B's Q8_0 330.5 (32) against 343.8: the more bytes asked for, the slower.
-    l2_prefetch_env = os.environ.get("BW24_L2_PREFETCH")
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -228,8 +220,7 @@ class CudaOps(Ops):
                                       (f"ubatch_{self.ubatch_env}", self.ubatch_env),
                                       ("no_prefill_graph", not self.prefill_graphs),
                                       (f"attn_decode_{(self.attn_decode_env or '').replace(':', 'x')}",
-                                       self.attn_decode_env),
-                                      (f"l2_prefetch_{self.l2_prefetch_env}m", self.l2_prefetch_env)) if on]
+                                       self.attn_decode_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -260,11 +251,6 @@ class CudaOps(Ops):
                 raise ValueError(f"BW24_ATTN_DECODE={self.attn_decode_env!r}: CH:NS with CH in {ATTN_SPACE['chunk']} "
                                  f"and NS in {ATTN_SPACE['max_splits']} (unset: the tuning table)")
             self.set_launch_config("attention", "decode", {"chunk": int(ch), "max_splits": int(ns)})
-        if self.l2_prefetch_env is not None and not (self.l2_prefetch_env.isdigit()
-                                                     and 1 <= int(self.l2_prefetch_env) <= 1024):
-            raise ValueError(f"BW24_L2_PREFETCH={self.l2_prefetch_env!r}: a whole number of MiB a layer, 1..1024")
-        # bytes a layer for prefetch_l2 (0: off); tests may set it on an instance
-        self.l2_prefetch_bytes = int(self.l2_prefetch_env or 0) << 20
         require_gpu()
         self.cp = cp
         self.xp = cp
@@ -288,8 +274,6 @@ class CudaOps(Ops):
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
         self._rope_tabs: dict[str, int] = {}  # norm.rope_table: positions built per table
-        self._l2_tables: dict[tuple, tuple] = {}  # prefetch.table: (device ranges, count) per (planes, budget)
-        self._l2_pending: tuple | None = None  # prefetch_l2's table for the very next rope_kv launch
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
@@ -624,14 +608,6 @@ class CudaOps(Ops):
         # split-K decode/verify kernels, geometry a function of S only (ops/cuda/attn.py)
         _attn.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
 
-    def prefetch_l2(self, groups):
-        """Arm the next rope_kv launch to prefetch these weight groups' first rows into the L2, within
-        l2_prefetch_bytes (ops/cuda/prefetch.py); nothing when that is 0."""
-        if self.l2_prefetch_bytes:
-            from . import prefetch
-
-            self._l2_pending = prefetch.table(self, groups, self.l2_prefetch_bytes)
-
     def rope_attention(self, q, k, v, pos, k_cache, v_cache, *, rope, attn):
         """Decode / verify rows (T <= 16) with rope_attn on and a fusable rotation: one attention launch
         that also norms and rotates q and this step's keys and stores them (ops/cuda/attn.py RopeFusion);
@@ -646,7 +622,6 @@ class CudaOps(Ops):
             fusion = _attn.RopeFusion(k, v, rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps") or 0.0,
                                       rope["rope_dim"], rope["mode"] == "neox", tab)
             a = {key: val for key, val in attn.items() if key != "n_keys"}
-            self._l2_pending = None  # no rope_kv launch to carry it
             _attn.attention(self, q, k_cache, v_cache, pos, **a, rope=fusion)
             return
         Ops.rope_attention(self, q, k, v, pos, k_cache, v_cache, rope=rope, attn=attn)

@@ -87,12 +87,10 @@ def rope_kv(cu, q, k, v, pos, k_cache, v_cache, *, base, freq_scale, rope_dim, m
     for nw in (q_norm, k_norm):
         assert nw is None or nw.shape == (D,)
     block = rope_block(D, Dv)
-    # CudaOps.prefetch_l2's table, armed for this launch only, and for decode / verify rows only
-    pf, cu._l2_pending = (cu._l2_pending if T <= 16 else None), None
     if D // 2 > ROPE_SLOTS * block:
         raise ValueError(f"rope_kv: head dim {D} exceeds {2 * ROPE_SLOTS * block} (rope.cu RS)")
     cu._launch(cu._k("rope.cu", f"rope_kv<{kv_elem(k_cache, v_cache)}>"), (T, H + Hkv), block,
                (q, k, v, pos, k_cache, v_cache, np.int32(H), np.int32(Hkv), np.int32(D), np.int32(Dv), np.int32(S),
                 np.int32(rope_dim), np.int32(mode == "neox"), rope_table(cu, base, freq_scale, rope_dim, S),
                 NULL if q_norm is None else q_norm, NULL if k_norm is None else k_norm,
-                np.float32(norm_eps or 0.0), NULL if pf is None else pf[0], np.int32(0 if pf is None else pf[1])))
+                np.float32(norm_eps or 0.0)))

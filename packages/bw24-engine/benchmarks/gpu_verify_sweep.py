@@ -5,7 +5,11 @@ qwen2.5-coder-1.5b target of the real draft pair), per R (the rule there: launch
 this sweep's run at a6dcfe3).
 
     python packages/bw24-engine/benchmarks/gpu_verify_sweep.py OUTDIR [--ts 1,2,3,4,5,8,9] [--rows 1,2,4,8]
-        [--path q8|f32]
+        [--path q8|f32] [--shapes 8b|small]
+
+--path q8 --shapes small: the q8 kernels (forced: those shapes decode on the fp32 path today) at the small
+models' shapes, to weigh moving the real pair's target (qwen2.5-coder-1.5b, K = 1536) to int8 activations:
+its fp32-path verify costs 3.9x a decode launch at T = 5 and 9.5x at T = 9 (gate+up, a6dcfe3).
 
 Each (shape, T, R, unroll) first checks that its rows equal T = 1 launches bit for bit (the contract;
 a config that breaks it is reported WRONG and not timed), then times one CUDA graph of one matmul per
@@ -66,13 +70,18 @@ def main() -> int:
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--unroll", default="1,2")
     ap.add_argument("--path", choices=("q8", "f32"), default="q8")
+    ap.add_argument("--shapes", choices=("8b", "small"), default=None,
+                    help="shape set (default: 8b for q8, small for f32)")
     a = ap.parse_args()
     f32 = a.path == "f32"
+    small = a.shapes == "small" or (a.shapes is None and f32)
     a.out.mkdir(parents=True, exist_ok=True)
     ts = [int(t) for t in a.ts.split(",")]
     rows, unrolls = [int(r) for r in a.rows.split(",")], [int(u) for u in a.unroll.split(",")]
 
     ops = CudaOps()
+    if small and not f32:  # the small shapes' default path is f32: force the q8 kernels (what is weighed)
+        ops.qmv_configs.force_path = "q8"
     rng = np.random.default_rng(0)
     log = [header().rstrip()]
 
@@ -80,7 +89,7 @@ def main() -> int:
         print(s, flush=True)
         log.append(s)
 
-    shapes, kfile = (SHAPES_F32, "qmatvec.cu") if f32 else (SHAPES, "qmatvec_q8.cu")
+    shapes, kfile = SHAPES_F32 if small else SHAPES, "qmatvec.cu" if f32 else "qmatvec_q8.cu"
     jobs = [] if f32 else [("", u) for u in [0, *unrolls]]  # the plain module: quantize_x
     for qn, n, k in shapes:
         f, (path, W, R1) = FMT[Q[qn]], ops.qmv_configs.plan(Q[qn], n, k)

@@ -46,12 +46,12 @@ log=lambda s: None))" "$m")
         > $R/run_gen_$n.log 2>&1
       echo "$n: $(grep -m1 -E 'verify-prefill|rror' $R/run_gen_$n.log)"; grep -m1 -i "vram" $R/run_gen_$n.log
     done ;;
-  pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path
+  pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path; pytest [-k EXPR]
     # 600 s: the canary tests compile their planted variants (planted_verify / _split / _pipe) on top of kc's
     (hdr; timeout 600 python3 -m pytest -q --import-mode=importlib -p no:cacheprovider --benchmark-disable \
       packages/bw24-engine/tests/test_cuda_gpu.py packages/bw24-engine/tests/test_cuda_memory.py \
       packages/bw24-engine/tests/test_cuda_prefill.py packages/bw24-engine/tests/test_spec_gpu.py \
-      packages/bw24-engine/tests/test_engine_prefix_cache.py -k "not all_green"; echo "pytest rc=$?") \
+      packages/bw24-engine/tests/test_engine_prefix_cache.py -k "${1:-not all_green}"; echo "pytest rc=$?") \
       > $R/pytest_gpu.log 2>&1; tail -5 $R/pytest_gpu.log ;;
   real)
     timeout 300 python3 $B/gpu_real.py $SMOL $R/real > $R/real.log 2>&1; tail -12 $R/real.log ;;

@@ -243,8 +243,11 @@ def test_prefill_graphs_choose_the_attention_without_the_position(monkeypatch):
              (512, 32, 256, np.float16, 4096)]
     ops = _ops("auto", "auto")
     ops.prefill_graphs = True
-    assert _dispatch(monkeypatch, ops, cases) == ["mma", "mma", "flash", "flash"]
     assert "no_prefill_graph" not in ops.opt_in()  # the default
+    ops.in_prefill_graph = True  # inside a PrefillGraph chunk
+    assert _dispatch(monkeypatch, ops, cases) == ["mma", "mma", "flash", "flash"]
+    ops.in_prefill_graph = False  # a chunk outside one (a MoE model's, kernel-check's cases): the eager rules,
+    assert _dispatch(monkeypatch, ops, cases) == ["flash", "mma", "flash", "gemm"]  # with graphs on (H200, 95e6db6)
     ops.prefill_graphs = False
     assert _dispatch(monkeypatch, ops, cases) == ["flash", "mma", "flash", "gemm"]
     assert "no_prefill_graph" in ops.opt_in()

@@ -82,6 +82,7 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
     from bw24.engine.ops.ref import RefOps
 
     log: list[str] = []
+    flags: set[bool] = set()
 
     class GraphOps(RefOps):
         prefill_graphs, graph_rows, _scratch_gen = True, 2, 0
@@ -100,11 +101,16 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
             run.graph_state = state
             return run
 
+        def attention(self, *a, **kw):  # every chunk of a PrefillGraph runs with in_prefill_graph set
+            flags.add(getattr(self, "in_prefill_graph", False))
+            return RefOps.attention(self, *a, **kw)
+
     ids = np.random.default_rng(5).integers(0, 300, 20)
     plain = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7)
     g = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7, ops=GraphOps())
     want = plain.feed(ids)
     assert np.array_equal(g.feed(ids), want) and log == ["eager", "capture", "replay", "eager"]  # chunks 7, 7, 6
+    assert flags == {True} and not g.ops.in_prefill_graph  # set around each chunk, cleared after
     log.clear()
     g.kv.reset()
     assert np.array_equal(g.feed(ids), want) and log == ["replay", "replay", "capture", "replay"]
@@ -127,7 +133,16 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
         g.feed(ids[:n])
     assert list(g._prefill_graphs) == sizes[-PREFILL_GRAPH_SIZES:]
     g.kv.reset()
+    flags.clear()
     assert np.array_equal(g.feed(ids[:2]), plain_feed(helpers, tiny, ids[:2])) and g._prefill_graphs.get(2) is None
+    assert flags == {False}  # a chunk of graph_rows or fewer: no PrefillGraph
+    # a model whose forward reads the device on the host (qwen3moe: prefill_capturable False) takes none
+    moe = helpers.build_model(tiny["qwen3moe"], n_ctx=64, max_batch=7, ops=GraphOps())
+    assert type(moe).prefill_capturable is False and moe._prefill_graph(7) is None
+    log.clear()
+    flags.clear()
+    moe.feed(ids)
+    assert log == [] and flags == {False} and "_prefill_graphs" not in moe.__dict__
 
 
 def plain_feed(helpers, tiny, ids):

@@ -144,8 +144,8 @@ class PrefillGraph:
     its position from kv.pos on the device and advances it there, and keeps its rows in the fixed buffers,
     so one graph serves every T-token chunk of every prompt. A captured graph holds the scratch pointers it saw: when
     the backend's scratch generation moves (a longer all-logits chunk, a larger verify), the next chunk
-    runs eagerly and the one after captures again. A forward that read the device on the host (MoE
-    routing) is never captured (ops.capture keeps such a step eager)."""
+    runs eagerly and the one after captures again. A model whose forward reads the device on the host (MoE
+    routing: Transformer.prefill_capturable False) takes none."""
 
     def __init__(self, model: Transformer, T: int):
         self.model, self.T = model, T
@@ -162,7 +162,11 @@ class PrefillGraph:
         ops = self.model.ops
         if (self.gen is not None and self.gen != ops._scratch_gen) or self.model.kv is not self.kv:
             self._new()  # moved scratch, or another cache swapped in (Engine._exact_cache)
-        self.run()
+        ops.in_prefill_graph = True  # eager first run, capture and replays: the same position-free kernels
+        try:
+            self.run()
+        finally:
+            ops.in_prefill_graph = False
         if self.gen is None and self.run.graph_state["g"] is not None:
             self.gen = ops._scratch_gen  # the pointers this graph baked in
         return self.out
@@ -172,6 +176,9 @@ class Transformer:
     """A decoder-only transformer over an op backend; subclasses write forward() top to bottom."""
 
     arch: ClassVar[str]
+    # False where forward() reads the device on the host (a MoE model's routing in prefill): such a forward
+    # is never captured, so its chunks take no PrefillGraph and keep the backend's eager kernel choices
+    prefill_capturable: ClassVar[bool] = True
 
     def __init__(self, f: Any, cfg: Any, ops: Ops, *, n_ctx: int, max_batch: int = 128,
                  progress: Callable[[int], None] | None = None):
@@ -236,7 +243,7 @@ class Transformer:
         a long prompt and a prompt's last, shorter chunk (a 512-token prompt under 2048-token chunks) each
         replay from their second run; a size seen once stays eager (ops.capture's first run)."""
         o = self.ops
-        if not getattr(o, "prefill_graphs", False) or T <= (o.graph_rows or 0):
+        if not self.prefill_capturable or not getattr(o, "prefill_graphs", False) or T <= (o.graph_rows or 0):
             return None
         graphs = self.__dict__.setdefault("_prefill_graphs", {})  # T -> PrefillGraph, least recent first
         g = graphs.pop(T, None)

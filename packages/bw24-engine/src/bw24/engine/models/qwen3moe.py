@@ -14,6 +14,7 @@ from .common import Transformer
 
 class Qwen3Moe(Transformer):
     arch = "qwen3moe"
+    prefill_capturable = False  # prefill reads the routing on the host (ops/cuda/moe_prefill.py)
 
     def forward(self, T: int, last_only: bool = True) -> Any:
         o, c, b = self.ops, self.cfg, self.buf.view(T)

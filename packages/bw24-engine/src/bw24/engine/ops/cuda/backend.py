@@ -189,11 +189,12 @@ class CudaOps(Ops):
     # The cuBLAS GEMMs go through ctypes (cublas_direct: CuPy refuses a capturing stream), and the
     # attention's path is then chosen without the chunk's position (mma wherever usable, else the flash
     # kernel; never the position-sized GEMM path). MoE layers read their routing on the host: their
-    # forwards stay eager. The default since the H200 run at 370d098 (GPU pytest's replays == eager green;
+    # models take no prefill graphs (Transformer.prefill_capturable) and keep the eager attention rules. The default since the H200 run at 370d098 (GPU pytest's replays == eager green;
     # evidence/perf_h200_370d098_prefill_graph.log): the 0.6B's pp512 88,983 tok/s (31,836 without, e7b99ea),
     # pp4096 53,190 (32,530); the 8B's pp512 17,878 (16,518), pp4096 15,139 (14,224).
     # BW24_PREFILL_GRAPH=0 turns them off (perf rows then record "no_prefill_graph").
     prefill_graphs = os.environ.get("BW24_PREFILL_GRAPH", "1") != "0"
+    in_prefill_graph = False  # set by PrefillGraph around its chunk (the attention's position-free choice)
     # The decode / verify attention's split geometry for a measured run, "CH:NS" (keys a split unit, most
     # splits: ops/cuda/attn.py ATTN_SPACE), over the tuning table's (chunk 32, 33 splits on the H200). At
     # depth 4096 the 8B's attention cost ~590 us a token against llama.cpp's ~320 (e7b99ea, from the d0 /
@@ -630,9 +631,11 @@ class CudaOps(Ops):
         from . import attn_gemm, attn_mma
         from .prefill import attention  # flash-style causal kernel for T > 16 (kernels/attention_prefill.cu)
 
-        # prefill graphs: one graph serves every position, so the path is chosen without n_keys (mma wherever
-        # usable, else flash; never the GEMMs, sized by n_keys)
-        graphs = self.prefill_graphs
+        # a chunk of a prefill graph (models/common.PrefillGraph, its eager first run too): one graph serves
+        # every position, so the path is chosen without n_keys (mma wherever usable, else flash; never the
+        # GEMMs, sized by n_keys). Keyed on the chunk, not on the backend's prefill_graphs: a forward that is
+        # never captured (a MoE model's, the kernel-check cases) keeps the eager rules and their precision
+        graphs = self.in_prefill_graph
         # the GEMM rule's "auto" choice: a chunk big enough that one of the tensor-core paths beats flash
         big = self.attn_gemm_auto and n_keys is not None and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys)
         mma = graphs or self.attn_mma or (self.attn_mma_auto and big and not self.attn_gemm)  # GEMM=1 wins auto

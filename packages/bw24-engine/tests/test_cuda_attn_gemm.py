@@ -206,7 +206,8 @@ def test_prefill_attention_dispatch_mma(monkeypatch):
                                                         (256, np.float16), (96, np.float16))]
     assert _dispatch(monkeypatch, ops, cases) == ["mma", "mma", "flash", "gemm", "gemm"]
     assert "attn_mma" in ops.opt_in() and "no_attn_mma" not in ops.opt_in()
-    assert attn_mma.instances() == ("attn_mma<64,64>", "attn_mma<128,128>")
+    assert attn_mma.instances() == ("attn_mma<64,64>", "attn_mma<128,128>", "attn_mma_combine<64>",
+                                    "attn_mma_combine<128>")
 
 
 @pytest.mark.parametrize("gemm_env,mma_env,want", [
@@ -251,3 +252,94 @@ def test_prefill_graphs_choose_the_attention_without_the_position(monkeypatch):
     ops.prefill_graphs = False
     assert _dispatch(monkeypatch, ops, cases) == ["flash", "mma", "flash", "gemm"]
     assert "no_prefill_graph" in ops.opt_in()
+
+
+def test_attn_mma_split_plan_fills_the_gpu_only_where_a_chunk_leaves_it_idle():
+    """BW24_ATTN_MMA_SPLIT: keys in splits where a chunk has fewer than 2 blocks a SM (H200: 132 SMs), whole
+    64-key tiles, at most 8 splits, each at least 256 keys; from the cache's capacity (position-free)."""
+    from bw24.engine.ops.cuda.attn_mma import split_plan
+
+    assert split_plan(512, 2, 8, 4352, 132) == 896  # the 0.6B's 512-token chunk: 128 blocks -> 5 splits
+    assert split_plan(512, 4, 8, 4352, 132) == 1472  # the 8B's: 256 blocks -> 3 splits
+    assert split_plan(2048, 2, 8, 4352, 132) == 0  # 512 blocks: no split
+    assert split_plan(512, 2, 8, 500, 132) == 0  # fewer than 2 x 256 keys
+    for T, G, Hkv, S in ((17, 1, 2, 600), (100, 3, 2, 4352), (64, 8, 1, 40000)):
+        k = split_plan(T, G, Hkv, S, 132)
+        assert k > 0 and k % 64 == 0 and -(-S // k) <= 8 and k >= 256
+
+
+def _split_attention_np(q, kc, vc, p0, G, window, kspan, short: int = 0):
+    """NumPy mirror of attn_mma with key splits + attn_mma_combine (the tile's [lo, hi], its splits, the
+    per-split masks and the merge), in float64: what kernel_check's split cases hold the kernels to."""
+    T, H, D = q.shape
+    out = np.zeros((T, H, D))
+    for hk in range(H // G):
+        rows = T * G
+        for r0 in range(0, rows, 64):
+            hi = p0 + (min(r0 + 64, rows) - 1) // G
+            lo = max(0, p0 + r0 // G - window + 1) if window else 0
+            zs = range(lo // kspan, hi // kspan + 1)
+            for i in range(r0, min(r0 + 64, rows)):
+                t, h = i // G, hk * G + i % G
+                p, lrow = p0 + t, max(0, p0 + t - window + 1) if window else 0
+                parts = []
+                for z in zs:
+                    kb0, kb1 = max(lo, z * kspan), min(hi, z * kspan + kspan - 1) - short
+                    j = np.arange(kb0, kb1 + 1)
+                    j = j[(j >= lrow) & (j <= p)]
+                    if j.size == 0:
+                        parts.append((-np.inf, 0.0, np.zeros(D)))
+                        continue
+                    s = kc[hk, j] @ q[t, h] / np.sqrt(D)
+                    m = s.max()
+                    e = np.exp(s - m)
+                    parts.append((m, e.sum(), e @ vc[hk, j]))
+                M = max(m for m, _, _ in parts)
+                w = [0.0 if m == -np.inf else np.exp(m - M) for m, _, _ in parts]
+                out[t, h] = sum(wz * o for wz, (_, _, o) in zip(w, parts, strict=True)) / \
+                    sum(wz * lz for wz, (_, lz, _) in zip(w, parts, strict=True))
+    return out
+
+
+def _direct_attention_np(q, kc, vc, p0, G, window):
+    T, H, D = q.shape
+    out = np.zeros((T, H, D))
+    for t in range(T):
+        p = p0 + t
+        j = np.arange(max(0, p - window + 1) if window else 0, p + 1)
+        for h in range(H):
+            s = kc[h // G, j] @ q[t, h] / np.sqrt(D)
+            e = np.exp(s - s.max())
+            out[t, h] = e @ vc[h // G, j] / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("T,G,p0,window,kspan", [(100, 2, 200, None, 64), (40, 5, 1000, 257, 192),
+                                                  (77, 7, 64, 32, 64), (30, 3, 0, None, 256)])
+def test_key_splits_cover_each_rows_keys_once_and_merge_to_the_softmax(T, G, p0, window, kspan):
+    rng = np.random.default_rng(3)
+    D, Hkv = 16, 2
+    S = p0 + T + 7
+    q = rng.standard_normal((T, Hkv * G, D))
+    kc, vc = rng.standard_normal((Hkv, S, D)), rng.standard_normal((Hkv, S, D))
+    want = _direct_attention_np(q, kc, vc, p0, G, window)
+    assert np.allclose(_split_attention_np(q, kc, vc, p0, G, window, kspan), want, atol=1e-12)
+    # canary: splits that stop one key short of their span (kb1 - 1) lose keys, and that is caught
+    assert not np.allclose(_split_attention_np(q, kc, vc, p0, G, window, kspan, short=1), want, atol=1e-6)
+
+
+def test_attn_mma_split_dispatch(monkeypatch):
+    """BW24_ATTN_MMA_SPLIT=1 hands split_plan's kspan to the mma kernel; off, 0 (one pass)."""
+    from bw24.engine.ops.cuda import attn as _attn
+    from bw24.engine.ops.cuda import attn_mma
+
+    seen = []
+    monkeypatch.setattr(attn_mma, "attention", lambda *a, **kw: seen.append(kw["kspan"]))
+    monkeypatch.setattr(_attn, "_sm_count", lambda: 132)
+    ops = _ops("auto", "1")
+    q, kc = np.zeros((512, 16, 128), np.float32), np.zeros((8, 4352, 128), np.float16)
+    for split in (False, True):
+        ops.attn_mma_split = split
+        ops._attention_prefill(q, kc, kc, None, scale=1.0, softcap=None, window=None, out=None, n_keys=512)
+    assert seen == [0, 896]
+    assert "attn_mma_split" in ops.opt_in()

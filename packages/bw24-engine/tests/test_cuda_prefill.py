@@ -301,8 +301,8 @@ def test_planted_verify_and_split_variants_compile(tmp_path, monkeypatch):
 
 def test_gpu_prefill_cases_green_and_planted_bugs_red():
     """On a GPU: every prefill kernel_check case passes, and the planted bugs (a dropped weight group in
-    dequant_rows_h, a dropped key per tile in attn_prefill, 16 dropped keys per tile in attn_mma) turn their
-    cases red."""
+    dequant_rows_h, a dropped key per tile in attn_prefill, 16 dropped keys per tile in attn_mma, with key
+    splits also the merge's last split) turn their cases red."""
     from bw24.engine.kernel_check import main
     from bw24.runtime import has_gpu, no_gpu_reason
 
@@ -311,7 +311,7 @@ def test_gpu_prefill_cases_green_and_planted_bugs_red():
     lines: list[str] = []
     assert main(seed=11, only="prefill", out=lines.append) == 0, "\n".join(lines)
     for only in ("prefill gemm Q4_K N=333 K=768 T=100", "prefill attention D=128 G=4 T=300",
-                 "prefill attention mma D=128 G=4 T=300"):
+                 "prefill attention mma D=128 G=4 T=300", "prefill attention mma split D=64 G=3 T=300"):
         bad: list[str] = []
         assert main(seed=11, variant="planted_bug", only=only, out=bad.append) == 1, "\n".join(bad)
 

@@ -203,12 +203,14 @@ def rope_table_case(rope_dim: int, base: float, freq_scale: float, n_pos: int) -
 
 
 def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget: int = 0,
-                   mma: bool = False) -> Case:
+                   mma: bool = False, kspan: int = 0) -> Case:
     """cu.attention (decode split-K for T <= 16, flash prefill above) vs the reference; half: the KV
     cache in float16 (the reference reads the same rounded values); gemm_budget > 0: the GEMM prefill
     attention (ops/cuda/attn_gemm.py, a float16 cache) with that many bytes of score scratch per chunk
     (small ones force several query chunks), which must have run (its scratch exists); mma: the tensor-core
-    flash kernel (ops/cuda/attn_mma.py, a float16 cache; float16 q and probabilities: the gemm16 class)."""
+    flash kernel (ops/cuda/attn_mma.py, a float16 cache; float16 q and probabilities: the gemm16 class);
+    kspan > 0 (with mma): its keys in splits of kspan merged by attn_mma_combine (BW24_ATTN_MMA_SPLIT), which
+    must have run (its partials exist)."""
     from contextlib import ExitStack
 
     from .kernel_check import setting
@@ -230,6 +232,10 @@ def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget
             return Result(name + " (not usable: would fall back)", "gemm16", float("inf"), float("inf"))
         with ExitStack() as on:
             on.enter_context(setting(cu, "attn_mma", mma))  # off for every other case, whatever BW24_ATTN_MMA says
+            on.enter_context(setting(cu, "attn_mma_split", bool(kspan)))  # whatever BW24_ATTN_MMA_SPLIT says
+            if kspan:
+                cu._scratch.pop("attn_mma_ml", None)
+                on.enter_context(setting(attn_mma, "split_plan", lambda *a: kspan))
             if gemm_budget:
                 cu._scratch.pop("ag_s", None)
                 on.enter_context(setting(cu, "attn_gemm", True))
@@ -239,7 +245,7 @@ def attention_case(D, G, T, p0, window, softcap, half: bool = False, gemm_budget
                 on.enter_context(setting(cu, "attn_gemm_auto", False))
             cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _dev(cu, pos), scale=scale, softcap=softcap,
                          window=window, out=out, n_keys=p0 + T)
-        if gemm_budget and "ag_s" not in cu._scratch:
+        if (gemm_budget and "ag_s" not in cu._scratch) or (kspan and "attn_mma_ml" not in cu._scratch):
             return Result(name + " (did not run: fell back)", "attention", float("inf"), float("inf"))
         return compare(name, "gemm16" if mma else "attention", cu.to_host(out), want)
     return run

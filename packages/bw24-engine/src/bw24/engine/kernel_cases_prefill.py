@@ -132,6 +132,15 @@ def cases() -> Iterator[tuple[str, Case]]:
         tag = f"prefill attention mma D={D} G={G} T={T} pos={p0}"
         tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
         yield tag, attention_case(D, G, T, p0, window, softcap, mma=True)
+    for D, G, T, p0, window, softcap, kspan in (  # its keys in splits (BW24_ATTN_MMA_SPLIT): tiles within one
+        (128, 4, 300, 200, None, None, 128), (128, 2, 129, 0, None, None, 64),  # split, tiles across two or
+        (128, 8, 64, 0, None, 30.0, 64), (128, 6, 33, 500, 100, None, 64),     # more, windows starting inside
+        (64, 7, 77, 64, 32, None, 64), (64, 3, 300, 4000, None, None, 1024),   # a split, a deep chunk
+        (64, 5, 40, 1000, 257, None, 192), (128, 1, 17, 5, None, None, 64),
+    ):
+        tag = f"prefill attention mma split D={D} G={G} T={T} pos={p0} kspan={kspan}"
+        tag += (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
+        yield tag, attention_case(D, G, T, p0, window, softcap, mma=True, kspan=kspan)
     for qt, T, act, prec in ((Q.Q4_K, 40, "silu", "split"), (Q.Q8_0, 100, "gelu_tanh", "split"),
                              (Q.Q6_K, 33, "silu", "fp16")):
         yield f"prefill ffn_glu {qt.name:<5} N=300 T={T} {act} ({prec}; GLU in the epilogue)", \

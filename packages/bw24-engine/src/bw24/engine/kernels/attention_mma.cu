@@ -26,6 +26,14 @@
 //   float16 cache rows, from L2 for all but the first block of a kv head to read them).
 // Shared memory: K and V tiles, 64 rows of D (DV) halves padded by 8 (conflict-free 32-bit and
 // ldmatrix row reads): 34.8 KB at D = DV = 128.
+// Key splits (kspan > 0, grid z = ceil(S / kspan); ops/cuda/attn_mma.py split_plan, BW24_ATTN_MMA_SPLIT):
+//   a chunk of few row tiles (the 0.6B's 512 tokens: 16 tiles x 8 kv heads = 128 blocks of 4 warps for 132
+//   SMs) walks its deep causal range one block at a time. Split z owns keys [z kspan, (z+1) kspan) of
+//   its tile's [lo, hi]; a tile whose range lies in one split writes out as above, one spanning several
+//   writes, per split, its rows' unnormalized O, running max m and sum l (part_o, part_ml), and
+//   attn_mma_combine merges them: M = max m_z, out = sum_z e^(m_z - M) O_z / sum_z e^(m_z - M) l_z.
+//   Which splits a tile spans follows from pos on the device, so one captured graph serves every
+//   position (the prefill graphs), as without splits.
 #include "common.cuh"
 #include <cuda_fp16.h>
 
@@ -48,7 +56,7 @@ template <int D, int DV>
 __global__ void __launch_bounds__(AM_WARPS * 32)
 attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
          const int* __restrict__ pos, int T, int H, int G, int S, float scale, float softcap, int window,
-         float* __restrict__ out) {
+         float* __restrict__ out, int kspan, float* __restrict__ part_o, float* __restrict__ part_ml) {
     PDL_OPEN();
     static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128, "head dims: multiples of 16, <= 128");
     constexpr int KP = D + 8, VP = DV + 8;  // padded row lengths (halves): 16-byte aligned rows
@@ -62,6 +70,16 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
     const int last = min(r0 + AM_WARPS * 16, rows) - 1;  // the block's last row
     const int hi = p0 + last / G;                           // the last key any row of the block sees
     const int lo = window > 0 ? max(0, p0 + r0 / G - window + 1) : 0;
+    // this block's keys [kb0, kb1]: the tile's [lo, hi], or its share of split z
+    int kb0 = lo, kb1 = hi;
+    bool partial = false;
+    if (kspan > 0) {
+        const int z = blockIdx.z, zlo = lo / kspan, zhi = hi / kspan;
+        if (z < zlo || z > zhi) return;  // no key of this tile in split z (the whole block, before any barrier)
+        partial = zhi > zlo;
+        kb0 = max(lo, z * kspan);
+        kb1 = min(hi, z * kspan + kspan - 1);
+    }
 
     // this lane's two rows (g, g + 8): position (-1: no row) and first key
     int prow[2], lrow[2];
@@ -97,17 +115,17 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
     const __half* kb = kc + (i64)hk * S * D;
     const __half* vb = vc + (i64)hk * S * DV;
 
-    for (int j0 = lo; j0 <= hi; j0 += AM_KT) {
+    for (int j0 = kb0; j0 <= kb1; j0 += AM_KT) {
         __syncthreads();  // the previous tile's readers are done
         for (int idx = threadIdx.x; idx < AM_KT * D / 8; idx += AM_WARPS * 32) {
             const int r = idx / (D / 8), x = idx % (D / 8), j = j0 + r;
             *reinterpret_cast<uint4*>(&ks[r][8 * x]) =
-                j <= hi ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
+                j <= kb1 ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
         }
         for (int idx = threadIdx.x; idx < AM_KT * DV / 8; idx += AM_WARPS * 32) {
             const int r = idx / (DV / 8), x = idx % (DV / 8), j = j0 + r;
             *reinterpret_cast<uint4*>(&vs[r][8 * x]) =
-                j <= hi ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
+                j <= kb1 ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
         }
         __syncthreads();
         if (j0 > whi || j0 + AM_KT - 1 < wlo) continue;  // no live key of this warp in the tile
@@ -134,7 +152,7 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
                     const int j = j0 + n * 8 + 2 * c + e;
                     float sc = s[n][2 * h + e];
                     if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
-                    sc = (j >= lrow[h] && j <= prow[h]) ? sc : -INFINITY;
+                    sc = (j >= lrow[h] && j <= prow[h] && j <= kb1) ? sc : -INFINITY;  // kb1: the next split's
                     s[n][2 * h + e] = sc;
                     mx = fmaxf(mx, sc);
                 }
@@ -193,11 +211,63 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
         sum += __shfl_xor_sync(FULL_MASK, sum, 2);
         const int i = wr0 + g + 8 * h;
         if (i < rows) {
-            float* orow = out + ((i64)(i / G) * H + hk * G + i % G) * DV;
-            const float inv = 1.f / sum;
+            const i64 ro = (i64)(i / G) * H + hk * G + i % G;  // the output row (token, head)
+            if (partial) {  // this split's share: O unnormalized, m (equal in the quad's lanes) and the row sum
+                const i64 pr = (i64)blockIdx.z * T * H + ro;
+                float* prow_o = part_o + pr * DV;
 #pragma unroll
-            for (int n = 0; n < NO; ++n)
-                *reinterpret_cast<float2*>(orow + n * 8 + 2 * c) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+                for (int n = 0; n < NO; ++n)
+                    *reinterpret_cast<float2*>(prow_o + n * 8 + 2 * c) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                if (c == 0) *reinterpret_cast<float2*>(part_ml + 2 * pr) = make_float2(m[h], sum);
+            } else {
+                float* orow = out + ro * DV;
+                const float inv = 1.f / sum;
+#pragma unroll
+                for (int n = 0; n < NO; ++n)
+                    *reinterpret_cast<float2*>(orow + n * 8 + 2 * c) =
+                        make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+            }
         }
     }
+}
+
+// The key splits' merge (see the header): one warp per output row (token t, head h), DV / 32 columns a
+// lane. The row's tile and so its splits [zlo, zhi] follow attn_mma's formulas; a tile within one split
+// was written by attn_mma and is left alone. Every row has its own key p0 + t in [lo, hi], so M is finite.
+template <int DV>
+__global__ void __launch_bounds__(128)
+attn_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml, const int* __restrict__ pos,
+                 int T, int H, int G, int window, int kspan, float* __restrict__ out) {
+    PDL_OPEN();
+    static_assert(DV % 32 == 0, "DV: a multiple of 32");
+    const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= T * H) return;
+    const int t = row / H, h = row % H, i = t * G + h % G;  // row i of kv head h / G, as attn_mma numbers them
+    const int rows = T * G, r0 = i / (AM_WARPS * 16) * (AM_WARPS * 16), p0 = pos[0];
+    const int hi = p0 + (min(r0 + AM_WARPS * 16, rows) - 1) / G;
+    const int lo = window > 0 ? max(0, p0 + r0 / G - window + 1) : 0;
+#ifdef BW24_PLANTED_BUG
+    const int zlo = lo / kspan, zhi = hi / kspan - 1;  // kernel_check canary: the merge drops the last split
+    if (zlo == zhi + 1) return;
+#else
+    const int zlo = lo / kspan, zhi = hi / kspan;
+    if (zlo == zhi) return;
+#endif
+    const i64 TH = (i64)T * H;
+    float M = -INFINITY;
+    for (int z = zlo; z <= zhi; ++z) M = fmaxf(M, part_ml[2 * (z * TH + row)]);
+    float L = 0.f, acc[DV / 32];
+#pragma unroll
+    for (int e = 0; e < DV / 32; ++e) acc[e] = 0.f;
+    for (int z = zlo; z <= zhi; ++z) {
+        const float mz = part_ml[2 * (z * TH + row)];
+        const float w = mz == -INFINITY ? 0.f : expf(mz - M);  // a split with no key of this row: nothing
+        L += w * part_ml[2 * (z * TH + row) + 1];
+        const float* po = part_o + (z * TH + row) * DV;
+#pragma unroll
+        for (int e = 0; e < DV / 32; ++e) acc[e] += w * po[lane + 32 * e];
+    }
+    const float inv = 1.f / L;
+#pragma unroll
+    for (int e = 0; e < DV / 32; ++e) out[(i64)row * DV + lane + 32 * e] = acc[e] * inv;
 }

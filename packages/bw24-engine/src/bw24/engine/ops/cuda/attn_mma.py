@@ -14,7 +14,28 @@ import math
 import numpy as np
 
 BLOCK_ROWS = 64  # query rows (token, head) a block: 4 warps of 16 (kernels/attention_mma.cu)
+KEY_TILE = 64  # keys a tile (AM_KT)
 HEAD_DIMS = (64, 128)  # D = Dv instances compiled (kernels.COMPILE_SET); the kernel takes multiples of 16 <= 128
+# Key splits (BW24_ATTN_MMA_SPLIT=1, opt-in until measured): a chunk of fewer than SPLIT_BELOW blocks a SM
+# splits its keys so that ~SPLIT_TARGET blocks a SM run. Why: the 0.6B's 512-token chunks (16 row tiles x 8 kv
+# heads = 128 blocks of 4 warps, one a SM) walk their whole causal range one block at a time; its pp4096 ran
+# 52,699 tok/s in 512-token chunks against 88,966 in 2048-token ones (4x the blocks) and 91,194 for pp512
+# (H200, 4ba8617), the chunks getting dearer with depth. At most SPLIT_MAX splits (their partials: SPLIT_MAX x
+# T x H x Dv float32, 33.5 MB for the 0.6B at 512 tokens), each at least SPLIT_MIN_KEYS keys.
+SPLIT_BELOW, SPLIT_TARGET, SPLIT_MAX, SPLIT_MIN_KEYS = 2, 4, 8, 256
+
+
+def split_plan(T: int, G: int, Hkv: int, S: int, n_sm: int) -> int:
+    """kspan (keys a split, a multiple of KEY_TILE) for T queries of G heads a kv head over a cache of S
+    positions; 0: one pass. From the cache's capacity S, not the chunk's position: one captured prefill
+    graph serves every position (a tile whose keys sit in one split then runs as without splits)."""
+    base = math.ceil(T * G / BLOCK_ROWS) * Hkv
+    if base >= SPLIT_BELOW * n_sm:
+        return 0
+    ns = min(SPLIT_MAX, math.ceil(SPLIT_TARGET * n_sm / base), S // SPLIT_MIN_KEYS)
+    if ns <= 1:
+        return 0
+    return math.ceil(math.ceil(S / ns) / KEY_TILE) * KEY_TILE
 
 
 def usable(q, k_cache, v_cache) -> bool:
@@ -25,16 +46,25 @@ def usable(q, k_cache, v_cache) -> bool:
 
 
 def instances() -> tuple[str, ...]:
-    return tuple(f"attn_mma<{d},{d}>" for d in HEAD_DIMS)
+    return tuple(f"attn_mma<{d},{d}>" for d in HEAD_DIMS) + tuple(f"attn_mma_combine<{d}>" for d in HEAD_DIMS)
 
 
-def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
-    """Causal attention of the T queries at positions pos[0] .. pos[0] + T - 1 (keys already cached)."""
+def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out, kspan: int = 0) -> None:
+    """Causal attention of the T queries at positions pos[0] .. pos[0] + T - 1 (keys already cached).
+    kspan > 0: keys in splits of kspan (split_plan), merged by attn_mma_combine."""
     T, H, D = q.shape
     Hkv, S, Dv = v_cache.shape
     G = H // Hkv
     assert k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
     assert all(a.flags.c_contiguous for a in (q, k_cache, v_cache, out))
-    ops._launch(ops._k("attention_mma.cu", f"attn_mma<{D},{Dv}>"), (math.ceil(T * G / BLOCK_ROWS), Hkv), 128,
+    assert kspan >= 0 and kspan % KEY_TILE == 0, f"kspan {kspan}: a multiple of {KEY_TILE}"
+    ns = math.ceil(S / kspan) if kspan else 1
+    po = ops._buf("attn_mma_po", ns * T * H * Dv) if kspan else np.uintp(0)
+    pml = ops._buf("attn_mma_ml", ns * T * H * 2) if kspan else np.uintp(0)
+    ops._launch(ops._k("attention_mma.cu", f"attn_mma<{D},{Dv}>"), (math.ceil(T * G / BLOCK_ROWS), Hkv, ns), 128,
                 (q, k_cache, v_cache, pos, np.int32(T), np.int32(H), np.int32(G), np.int32(S), np.float32(scale),
-                 np.float32(softcap or 0.0), np.int32(int(window or 0)), out))
+                 np.float32(softcap or 0.0), np.int32(int(window or 0)), out, np.int32(kspan), po, pml))
+    if kspan:
+        ops._launch(ops._k("attention_mma.cu", f"attn_mma_combine<{Dv}>"), (math.ceil(T * H / 4),), 128,
+                    (po, pml, pos, np.int32(T), np.int32(H), np.int32(G), np.int32(int(window or 0)),
+                     np.int32(kspan), out))

@@ -119,6 +119,10 @@ class CudaOps(Ops):
     attn_mma_env = os.environ.get("BW24_ATTN_MMA", "auto")
     attn_mma = attn_mma_env == "1"  # every chunk (kernel_check's mma cases set it)
     attn_mma_auto = attn_mma_env == "auto"
+    # The mma kernel's keys in splits where a chunk has too few row tiles to fill the GPU (attn_mma.split_plan,
+    # merged by attn_mma_combine). Opt-in (BW24_ATTN_MMA_SPLIT=1, perf rows "attn_mma_split") until measured:
+    # the 0.6B's pp4096 in 512-token chunks is 52,699 tok/s against 91,194 for its pp512 (4ba8617).
+    attn_mma_split = os.environ.get("BW24_ATTN_MMA_SPLIT", "0") == "1"
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
     # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
     # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
@@ -207,6 +211,7 @@ class CudaOps(Ops):
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
+                                      ("attn_mma_split", self.attn_mma_split),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
                                       ("attn_pipe", self.attn_pipe),
@@ -640,7 +645,11 @@ class CudaOps(Ops):
         big = self.attn_gemm_auto and n_keys is not None and attn_gemm.worth_it(q.shape[0], q.shape[1], n_keys)
         mma = graphs or self.attn_mma or (self.attn_mma_auto and big and not self.attn_gemm)  # GEMM=1 wins auto
         if mma and attn_mma.usable(q, k_cache, v_cache):
-            attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
+            T, H, _ = q.shape
+            Hkv, S, _ = k_cache.shape
+            kspan = attn_mma.split_plan(T, H // Hkv, Hkv, S, _attn._sm_count()) if self.attn_mma_split else 0
+            attn_mma.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out,
+                               kspan=kspan)
             return
         if not graphs and attn_gemm.usable(q, k_cache, v_cache, n_keys) and (self.attn_gemm or big):
             attn_gemm.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window,

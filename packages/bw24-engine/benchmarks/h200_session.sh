@@ -8,6 +8,7 @@
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
+#         par STAGE ARGS [, STAGE ARGS].. [+ ...] (sub-chains at once, e.g. `par kc + await F 300 , gates M , pytest`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' | bg NAME @FILE (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
@@ -118,6 +119,20 @@ log=lambda s: None))" "$m")
     for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $B/h200_session.sh $SHA $st; "; done
     setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
     echo "bg $name started from $W: $list" ;;
+  par)  # par STAGE ARGS [, STAGE ARGS]... [+ STAGE ARGS [, ...]]...: the '+'-separated sub-chains at once, each
+    # its ','-separated stages in order, then wait for all. The contract's kernel-check (4.2 min at 370d098)
+    # beside the gates + GPU pytest (4.0): separate logs, the kernel cache written atomically (os.replace)
+    subs=(); cur=""
+    for w in "$@"; do if [ "$w" = "+" ]; then subs+=("$cur"); cur=""; else cur+=" $w"; fi; done; subs+=("$cur")
+    pids=()
+    for sc in "${subs[@]}"; do
+      ( IFS=',' read -ra sts <<< "$sc"
+        for st in "${sts[@]}"; do
+          echo "== $(date -u +%T) [par] $st"; IFS=' ' read -ra a <<< "$st"; bash "$0" "$SHA" "${a[@]}"
+        done ) &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done ;;
   wait)  # hold the machine (a call in flight) until chain NAME is done or SECS pass; then show, pack
     end=$((SECONDS + ${2:-280}))
     while [ $SECONDS -lt $end ] && ! grep -q "== [0-9:]* done$" $R/bg_$1.out 2>/dev/null; do sleep 5; done

@@ -22,22 +22,32 @@ def _labels() -> set[str]:
     return {m for line in re.findall(r"^\s{2}([a-z0-9|]+)\)", body, re.M) for m in line.split("|")}
 
 
-def chain_problems(text: str, labels: set[str], cell_ids: list[str], env_names: set[str]) -> list[str]:
+def stage_problems(st: str, words: list[str], labels: set[str], cell_ids: list[str], env_names: set[str]) -> list[str]:
     bad = []
-    for st in _stages(text):
-        words = st.split()
-        while words and words[0] == "with":  # with VAR=VALUE STAGE ...
-            var = words[1].split("=")[0] if len(words) > 1 else ""
-            if "=" not in (words[1] if len(words) > 1 else "") or var not in env_names:
-                bad.append(f"{st}: {var or '?'} is read nowhere")
-            words = words[2:]
-        if not words or words[0] not in labels:
-            bad.append(f"{st}: unknown stage {words[0] if words else ''!r}")
-        elif words[0] == "perf":
-            for pat in words[1].split(","):
-                if sum(pat in c for c in cell_ids) != 1:
-                    bad.append(f"{st}: {pat!r} does not name exactly one cell")
+    while words and words[0] == "with":  # with VAR=VALUE STAGE ...
+        var = words[1].split("=")[0] if len(words) > 1 else ""
+        if "=" not in (words[1] if len(words) > 1 else "") or var not in env_names:
+            bad.append(f"{st}: {var or '?'} is read nowhere")
+        words = words[2:]
+    if not words or words[0] not in labels:
+        bad.append(f"{st}: unknown stage {words[0] if words else ''!r}")
+    elif words[0] == "par":  # par A ARGS , B ARGS + C ARGS: every sub-stage checked as a stage
+        sub: list[str] = []
+        for w in [*words[1:], "+"]:
+            if w in (",", "+"):
+                bad += stage_problems(st, sub, labels, cell_ids, env_names) if sub else [f"{st}: an empty sub-stage"]
+                sub = []
+            else:
+                sub.append(w)
+    elif words[0] == "perf":
+        for pat in words[1].split(","):
+            if sum(pat in c for c in cell_ids) != 1:
+                bad.append(f"{st}: {pat!r} does not name exactly one cell")
     return bad
+
+
+def chain_problems(text: str, labels: set[str], cell_ids: list[str], env_names: set[str]) -> list[str]:
+    return [p for st in _stages(text) for p in stage_problems(st, st.split(), labels, cell_ids, env_names)]
 
 
 def _env_names() -> set[str]:
@@ -58,3 +68,7 @@ def test_chain_check_catches_a_typo():
     text = "kc\nperff x\nperf qwen3-8b-q4_k_m-tg128@d0\nperf tg128\nperf qwen3-9b\nwith BW24_NOPE=1 kc\n"
     got = chain_problems(text, {"kc", "perf"}, ids, {"BW24_PDL"})
     assert len(got) == 4 and "perff" in got[0] and "'tg128'" in got[1] and "qwen3-9b" in got[2] and "BW24_NOPE" in got[3]
+    # par: its sub-stages are checked alike (a typo in one of them, an empty one)
+    got = chain_problems("par kc + kcc , perf qwen3-8b-q4_k_m-tg128@d0\npar kc + , kc\n", {"kc", "perf", "par"}, ids,
+                         set())
+    assert len(got) == 2 and "'kcc'" in got[0] and "empty" in got[1]

@@ -67,6 +67,12 @@ def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     _green_then_red(23, "attn pipe", "planted_pipe", "attn pipe == plain", 3)
 
 
+def test_attention_combine32_cases_green_and_a_dropped_split_red():
+    """BW24_ATTN_COMBINE32's cases (pass 2's split loop unrolled 32) are green; a planted variant whose wider
+    loop drops a tile's last split turns the five bitwise cases red (each has several live splits)."""
+    _green_then_red(29, "attn combine32", "planted_combine", "attn combine32 == combine8", 5)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from bw24.gguf.synth import synth

@@ -101,6 +101,7 @@ def _with(attr: str, doc: str) -> Callable[[Case], Case]:
 sums = _with("attn_sums", "The batched warp sums of the dot products (BW24_ATTN_SUMS: attention.cu warp_sum_many).")
 split_heads = _with("attn_split_heads", "A kv head's q heads over several attn_split blocks (BW24_ATTN_SPLIT_HEADS).")
 pipe = _with("attn_pipe", "The next round's loads ahead of the math (BW24_ATTN_PIPE: attention.cu RawRow).")
+combine32 = _with("attn_combine32", "Pass 2's loop over the splits unrolled 32 (BW24_ATTN_COMBINE32).")
 
 
 def _poison_partials(cu) -> None:
@@ -427,6 +428,17 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn pipe split heads D=128 G=8 Hkv=4 T=1 pos=4000 half-KV", \
         pipe(split_heads(attn_ref_case(128, 8, 1, 4000, Hkv=4, half=True)))
     yield "attn pipe rows==decode D=128 G=4 T=6 pos=500 half-KV", pipe(attn_rows_case(128, 4, 6, 500, half=True))
+    # pass 2's split loop unrolled 32 (BW24_ATTN_COMBINE32): bitwise == unrolled 8, separate and fused pass 2,
+    # 2 to 33 live splits (pos 4000: more than a 32-wide unroll, so a remainder), windows, both cache elements
+    for D, G, T, p0, Hkv, half, win, fuse in ((128, 4, 1, 4000, 8, True, None, False), (128, 4, 1, 4000, 8, True, None, True),
+                                              (128, 2, 5, 3000, 2, True, None, False), (64, 3, 9, 1000, 2, False, 100, True),
+                                              (128, 8, 3, 700, 4, False, None, False)):
+        yield f"attn combine32 == combine8 bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}" \
+              f"{f' window={win}' if win else ''}{' fused' if fuse else ''}", \
+            same_bits_case("attn_combine32", D, G, T, p0, win, None, Hkv, half, fuse, reps=2)
+    yield "attn combine32 D=128 G=4 T=1 pos=4000 half-KV", combine32(attn_ref_case(128, 4, 1, 4000, half=True))
+    yield "attn combine32 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
+        combine32(attn_rows_case(128, 4, 6, 3000, half=True))
     yield "attn split heads rows==decode D=128 G=8 Hkv=4 T=6 pos=500 half-KV", \
         split_heads(attn_rows_case(128, 8, 6, 500, Hkv=4, half=True))
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):

@@ -40,6 +40,14 @@
 
 #define NW 4
 #define COMBINE_TILE 256
+// combine_head's loop over the splits of a tile, unrolled this far: each thread's partial loads (from L2)
+// in flight at once. 8 by default; BW24_ATTN_COMBINE32=1 (ops/cuda/backend.py) builds 32, opt-in until
+// measured: at depth 4096 a (token, head)'s 33 splits took ~5 dependent L2 round trips, and 66 / 132 splits
+// made the 8B's decode slower (339.8 / 289.1 against 371.8 tok/s, 370d098), as if pass 2's serial loop
+// grew with them. Unrolling reorders no arithmetic: each sum still runs in split order (the same bits).
+#ifndef BW24_COMBINE_UNROLL
+#define BW24_COMBINE_UNROLL 8
+#endif
 
 // Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits.
 __device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
@@ -188,8 +196,14 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
         }
         __syncthreads();
         const float* ab = part_acc + (base + s0) * DV;
-#pragma unroll 8
-        for (int i = 0; i < ns; ++i) {
+        constexpr int CU = BW24_COMBINE_UNROLL;  // (#pragma unroll takes a constant, not a macro)
+#ifdef BW24_PLANTED_COMBINE  // kernel_check canary: the wider unroll drops a tile's last split
+        const int nl = CU > 8 ? ns - 1 : ns;
+#else
+        const int nl = ns;
+#endif
+#pragma unroll CU
+        for (int i = 0; i < nl; ++i) {
             L += lw[i];
             if (d0 < DV) A0 = fmaf(__ldcg(ab + (i64)i * DV + d0), wt[i], A0);
             if (nd > 1 && d1 < DV) A1 = fmaf(__ldcg(ab + (i64)i * DV + d1), wt[i], A1);

@@ -148,6 +148,11 @@ class CudaOps(Ops):
     # warp waiting on its round's loads before any math. BW24_ATTN_PIPE=1; perf rows record "attn_pipe".
     # Opt-in until measured.
     attn_pipe = os.environ.get("BW24_ATTN_PIPE", "0") == "1"
+    # Attention's pass 2 (attn_combine, and the fused last split block) with its loop over the splits
+    # unrolled 32 instead of 8 (attention.cu BW24_COMBINE_UNROLL: more partial loads in flight, the same
+    # arithmetic in the same order, the same bits). BW24_ATTN_COMBINE32=1; perf rows record "attn_combine32".
+    # Opt-in until measured: at depth 4096 more splits made decode slower (370d098), pass 2 the suspect.
+    attn_combine32 = os.environ.get("BW24_ATTN_COMBINE32", "0") == "1"
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
     # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one
@@ -214,7 +219,7 @@ class CudaOps(Ops):
                                       ("attn_mma_split", self.attn_mma_split),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
-                                      ("attn_pipe", self.attn_pipe),
+                                      ("attn_pipe", self.attn_pipe), ("attn_combine32", self.attn_combine32),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse),
@@ -284,14 +289,16 @@ class CudaOps(Ops):
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
-                   "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),)
-                   }.get(self.variant, ())
+                   "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
+                   "planted_combine": (("BW24_PLANTED_COMBINE", 1),)}.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
         if self.attn_sums and file == "attention.cu":
             defines += (("BW24_ATTN_SUMS", 1),)
         if self.attn_pipe and file == "attention.cu":
             defines += (("BW24_ATTN_PIPE", 1),)
+        if self.attn_combine32 and file == "attention.cu":
+            defines += (("BW24_COMBINE_UNROLL", 32),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

@@ -52,6 +52,13 @@ __device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The keys [lo, hi] that a row tile (rows r0 .. r0 + 63 of T * G) sees: its last row's causal end, its first
+// row's window start. attn_mma walks them and attn_mma_combine finds the tile's splits from them: one formula.
+__device__ __forceinline__ void tile_keys(int r0, int rows, int p0, int G, int window, int& lo, int& hi) {
+    hi = p0 + (min(r0 + AM_WARPS * 16, rows) - 1) / G;
+    lo = window > 0 ? max(0, p0 + r0 / G - window + 1) : 0;
+}
+
 template <int D, int DV>
 __global__ void __launch_bounds__(AM_WARPS * 32)
 attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
@@ -67,9 +74,8 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
     const int g = lane >> 2, c = lane & 3;
     const int rows = T * G, r0 = blockIdx.x * (AM_WARPS * 16), wr0 = r0 + w * 16;
     const int p0 = pos[0];
-    const int last = min(r0 + AM_WARPS * 16, rows) - 1;  // the block's last row
-    const int hi = p0 + last / G;                           // the last key any row of the block sees
-    const int lo = window > 0 ? max(0, p0 + r0 / G - window + 1) : 0;
+    int lo, hi;  // the keys any row of the block sees
+    tile_keys(r0, rows, p0, G, window, lo, hi);
     // this block's keys [kb0, kb1]: the tile's [lo, hi], or its share of split z
     int kb0 = lo, kb1 = hi;
     bool partial = false;
@@ -232,8 +238,9 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
 }
 
 // The key splits' merge (see the header): one warp per output row (token t, head h), DV / 32 columns a
-// lane. The row's tile and so its splits [zlo, zhi] follow attn_mma's formulas; a tile within one split
-// was written by attn_mma and is left alone. Every row has its own key p0 + t in [lo, hi], so M is finite.
+// lane. The row's tile and so its splits [zlo, zhi] follow from tile_keys, as attn_mma's do; a tile within
+// one split was written by attn_mma and is left alone. Every row has its own key p0 + t in [lo, hi], so M is
+// finite.
 template <int DV>
 __global__ void __launch_bounds__(128)
 attn_mma_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml, const int* __restrict__ pos,
@@ -243,9 +250,8 @@ attn_mma_combine(const float* __restrict__ part_o, const float* __restrict__ par
     const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= T * H) return;
     const int t = row / H, h = row % H, i = t * G + h % G;  // row i of kv head h / G, as attn_mma numbers them
-    const int rows = T * G, r0 = i / (AM_WARPS * 16) * (AM_WARPS * 16), p0 = pos[0];
-    const int hi = p0 + (min(r0 + AM_WARPS * 16, rows) - 1) / G;
-    const int lo = window > 0 ? max(0, p0 + r0 / G - window + 1) : 0;
+    int lo, hi;
+    tile_keys(i / (AM_WARPS * 16) * (AM_WARPS * 16), T * G, pos[0], G, window, lo, hi);
 #ifdef BW24_PLANTED_BUG
     const int zlo = lo / kspan, zhi = hi / kspan - 1;  // kernel_check canary: the merge drops the last split
     if (zlo == zhi + 1) return;

@@ -198,7 +198,8 @@ class CudaOps(Ops):
     # The cuBLAS GEMMs go through ctypes (cublas_direct: CuPy refuses a capturing stream), and the
     # attention's path is then chosen without the chunk's position (mma wherever usable, else the flash
     # kernel; never the position-sized GEMM path). MoE layers read their routing on the host: their
-    # models take no prefill graphs (Transformer.prefill_capturable) and keep the eager attention rules. The default since the H200 run at 370d098 (GPU pytest's replays == eager green;
+    # models take no prefill graphs (Transformer.prefill_capturable) and keep the eager attention rules.
+    # The default since the H200 run at 370d098 (GPU pytest's replays == eager green;
     # evidence/perf_h200_370d098_prefill_graph.log): the 0.6B's pp512 88,983 tok/s (31,836 without, e7b99ea),
     # pp4096 53,190 (32,530); the 8B's pp512 17,878 (16,518), pp4096 15,139 (14,224).
     # BW24_PREFILL_GRAPH=0 turns them off (perf rows then record "no_prefill_graph").

@@ -243,8 +243,9 @@ def glu_gemm(ops, parts, T: int, xs, split: bool, act: str) -> None:
     gate's out. So y holds 2h columns instead of 2F: at 2048-token chunks the 8B's [T, 2F] y was 201 MB, the
     largest piece of its peak VRAM (6.42 GiB against llama.cpp's 5.80 at 370d098, the bound 6.38); in
     chunks of h = 4096 rows (the scratch's 8192) it is 67 MB. The up's out is left unwritten."""
+    assert len(parts) == 2, "gemm_epilogue_glu: gate and up"
     (wg, g0, F, out, *_), (wu, u0, Fu, *_) = parts
-    assert len(parts) == 2 and Fu == F and wu.k == wg.k, "gemm_epilogue_glu: gate and up of one shape"
+    assert Fu == F and wu.k == wg.k, "gemm_epilogue_glu: gate and up of one shape"
     xh, xl, sx = xs
     K = wg.k
     half = gemm_rows(K, split) // 2  # rows of each a chunk, as gemm_rows a multiple of ROW_ALIGN where it can be

@@ -133,8 +133,9 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
         g.feed(ids[:n])
     assert list(g._prefill_graphs) == sizes[-PREFILL_GRAPH_SIZES:]
     g.kv.reset()
+    plain.kv.reset()
     flags.clear()
-    assert np.array_equal(g.feed(ids[:2]), plain_feed(helpers, tiny, ids[:2])) and g._prefill_graphs.get(2) is None
+    assert np.array_equal(g.feed(ids[:2]), plain.feed(ids[:2])) and g._prefill_graphs.get(2) is None
     assert flags == {False}  # a chunk of graph_rows or fewer: no PrefillGraph
     # a model whose forward reads the device on the host (qwen3moe: prefill_capturable False) takes none
     moe = helpers.build_model(tiny["qwen3moe"], n_ctx=64, max_batch=7, ops=GraphOps())
@@ -143,10 +144,6 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
     flags.clear()
     moe.feed(ids)
     assert log == [] and flags == {False} and "_prefill_graphs" not in moe.__dict__
-
-
-def plain_feed(helpers, tiny, ids):
-    return helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7).feed(ids)
 
 
 def test_sliding_window_changes_gemma3_logits(tiny, helpers):

@@ -193,6 +193,7 @@ def _ops(gemm_env: str, mma_env: str):
     ops.attn_gemm_env, ops.attn_gemm, ops.attn_gemm_auto = gemm_env, gemm_env == "1", gemm_env not in ("0", "1")
     ops.attn_mma_env, ops.attn_mma, ops.attn_mma_auto = mma_env, mma_env == "1", mma_env == "auto"
     ops.prefill_graphs = False  # the eager rules (BW24_PREFILL_GRAPH=0); the graph rule has its own test
+    ops.attn_mma_split = False  # (the key splits, on by default, read the SM count: their own test below)
     return ops
 
 
@@ -319,7 +320,8 @@ def test_key_splits_cover_each_rows_keys_once_and_merge_to_the_softmax(T, G, p0,
 
 
 def test_attn_mma_split_dispatch(monkeypatch):
-    """BW24_ATTN_MMA_SPLIT=1 hands split_plan's kspan to the mma kernel; off, 0 (one pass)."""
+    """BW24_ATTN_MMA_SPLIT (on by default) hands split_plan's kspan to the mma kernel; off (=0), 0 (one
+    pass), and perf rows record "no_attn_mma_split"."""
     from bw24.engine.ops.cuda import attn as _attn
     from bw24.engine.ops.cuda import attn_mma
 
@@ -327,9 +329,12 @@ def test_attn_mma_split_dispatch(monkeypatch):
     monkeypatch.setattr(attn_mma, "attention", lambda *a, **kw: seen.append(kw["kspan"]))
     monkeypatch.setattr(_attn, "_sm_count", lambda: 132)
     ops = _ops("auto", "1")
+    del ops.attn_mma_split  # the class default (BW24_ATTN_MMA_SPLIT unset)
     q, kc = np.zeros((512, 16, 128), np.float32), np.zeros((8, 4352, 128), np.float16)
+    assert ops.attn_mma_split and "no_attn_mma_split" not in ops.opt_in()  # the default
     for split in (False, True):
         ops.attn_mma_split = split
         ops._attention_prefill(q, kc, kc, None, scale=1.0, softcap=None, window=None, out=None, n_keys=512)
     assert seen == [0, 896]
-    assert "attn_mma_split" in ops.opt_in()
+    ops.attn_mma_split = False
+    assert "no_attn_mma_split" in ops.opt_in()

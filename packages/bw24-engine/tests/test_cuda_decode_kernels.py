@@ -266,6 +266,7 @@ def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, def
     monkeypatch.setattr("bw24.engine.ops.cuda.backend.get_kernel", lambda f, n, d: seen.append((f, d)))
     ops = CudaOps.__new__(CudaOps)
     ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe = "", False, False, False
+    ops.attn_combine32 = True  # the default (attention.cu's own unroll: no define)
     setattr(ops, attr, True)
     ops._k("attention.cu", "attn_split<128,128,4,32>")
     ops._k("qmatvec.cu", "qmv<7,1,4,1>")

@@ -43,3 +43,25 @@ def test_plan_and_fit(synth_path):
     memory.check_fit(p, "m", free=p.total)  # exactly enough: fine
     with pytest.raises(memory.ModelDoesNotFitError, match=r"m does not fit in GPU memory: needs .* GiB"):
         memory.check_fit(p, "m", free=p.total - 1)
+
+
+def test_scratch_growth_hands_the_pool_back():
+    """CudaOps._buf: a scratch that grows returns CuPy's cached free blocks (the smaller array it replaced)
+    to the driver; a first allocation or a fitting request does not, nor does growth inside a graph capture
+    (cudaFree is not capturable). Fake CuPy: no GPU needed."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    released = []
+    pool = SimpleNamespace(free_all_blocks=lambda: released.append(1))
+    ops = CudaOps.__new__(CudaOps)
+    ops.cp = SimpleNamespace(empty=lambda n, dtype: np.empty(n, dtype), zeros=lambda n, dtype: np.zeros(n, dtype),
+                             get_default_memory_pool=lambda: pool)
+    ops.stream, ops._scratch, ops._scratch_gen, ops._capturing = nullcontext(), {}, 0, False
+    assert ops._buf("y", 10).size == 10 and released == []  # first allocation
+    assert ops._buf("y", 8).size == 8 and released == [] and ops._scratch_gen == 1  # fits
+    assert ops._buf("y", 20).size == 20 and released == [1] and ops._scratch_gen == 2  # grown: released
+    ops._capturing = True
+    assert ops._buf("y", 30).size == 30 and released == [1]  # inside a capture: kept

@@ -190,3 +190,22 @@ def test_engine_kv_dtype_setting(tmp_path):
     assert 0 < np.abs(a - b).max() < 1e-2 * np.abs(a).max()
     with pytest.raises(BadInputError, match="kv_dtype='f64'"):
         Engine.load(path, backend="cpu", n_ctx=32, progress=False, kv_dtype="f64")
+
+
+def test_engine_max_batch_never_exceeds_the_context(tmp_path):
+    """Engine.load sizes a forward's buffers by max_batch: never more rows than n_ctx holds (a decode cell's
+    short context carries no prefill chunk's activations), whether max_batch is the backend's default or
+    given; within the context it is kept as given, and the logits do not depend on it."""
+    from bw24.engine import Engine
+    from bw24.gguf.synth import synth
+
+    path = str(tmp_path / "llama-tiny.gguf")
+    synth("llama-tiny", path, mix="q4_k_m", seed=3)
+    short = Engine.load(path, backend="cpu", n_ctx=40, progress=False)  # the reference's default: 128
+    given = Engine.load(path, backend="cpu", n_ctx=40, max_batch=300, progress=False)
+    kept = Engine.load(path, backend="cpu", n_ctx=40, max_batch=16, progress=False)
+    assert (short.model.max_batch, given.model.max_batch, kept.model.max_batch) == (40, 40, 16)
+    assert short.model.buf.h.shape[0] == 40
+    ids = [int(i) for i in np.random.default_rng(4).integers(10, 500, 33)]
+    a, b = short.logits(ids)[-1], kept.logits(ids)[-1]  # one chunk of 33 rows / chunks of 16, 16, 1
+    assert np.allclose(a, b, rtol=0, atol=1e-4 * np.abs(a).max())

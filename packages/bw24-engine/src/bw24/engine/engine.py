@@ -131,7 +131,8 @@ class Engine:
         """Resolve (alias, path, hf:...), map the GGUF, build the tokenizer, load the weights.
         kv_dtype: "f32" | "f16", the KV-cache element (None: the backend's own, cuda f16 / cpu f32).
         max_batch: tokens a forward takes at most, the prefill chunk (None: the backend's
-        default_max_batch: cuda 512 unless BW24_UBATCH says otherwise, the reference 128)."""
+        default_max_batch: cuda 512 unless BW24_UBATCH says otherwise, the reference 128); never more
+        than n_ctx."""
         from bw24.gguf import GGUFFile, ModelConfig, resolve_model
         from bw24.tokenizer import Tokenizer
         from tqdm.auto import tqdm
@@ -148,7 +149,10 @@ class Engine:
             raise BadInputError(f"max_batch={max_batch} (must be > 0)")
         tok = Tokenizer.from_gguf(f)
         ops = get_ops(backend)
-        max_batch = max_batch or ops.default_max_batch
+        # A forward never takes more tokens than the context holds: the activation buffers (models/common
+        # Buffers, ~184 KB a token for the 8B) are sized by max_batch, so a short context (a decode cell's
+        # n_ctx 136) holds no prefill chunk's worth of rows it can never fill.
+        max_batch = min(max_batch or ops.default_max_batch, n_ctx)
         if kv_dtype is not None:
             ops.kv_dtype = kv_cache_dtype(kv_dtype)  # before prepare_model plans the cache's bytes
         prepare = getattr(ops, "prepare_model", None)  # cuda: VRAM check before any upload, byte progress

@@ -41,12 +41,14 @@
 #define NW 4
 #define COMBINE_TILE 256
 // combine_head's loop over the splits of a tile, unrolled this far: each thread's partial loads (from L2)
-// in flight at once. 8 by default; BW24_ATTN_COMBINE32=1 (ops/cuda/backend.py) builds 32, opt-in until
-// measured: at depth 4096 a (token, head)'s 33 splits took ~5 dependent L2 round trips, and 66 / 132 splits
-// made the 8B's decode slower (339.8 / 289.1 against 371.8 tok/s, 370d098), as if pass 2's serial loop
-// grew with them. Unrolling reorders no arithmetic: each sum still runs in split order (the same bits).
+// in flight at once. Unrolled 8 until b6232b5, where a (token, head)'s 33 splits took ~5 dependent L2 round
+// trips at depth 4096 and 66 / 132 splits made the 8B's decode slower (339.8 / 289.1 against 371.8 tok/s,
+// 370d098); unrolled 32 on the H200 at b6232b5: the 0.6B's d4096 decode 884.7 tok/s against 795.2, the 8B's
+// 377.1 against 371.9, and 66 splits then faster than 33 (905.9 / 383.5). BW24_ATTN_COMBINE32=0
+// (ops/cuda/backend.py) builds 8 again. Unrolling reorders no arithmetic: each sum still runs in split
+// order (the same bits; kernel-check's "attn combine32 == combine8 bitwise").
 #ifndef BW24_COMBINE_UNROLL
-#define BW24_COMBINE_UNROLL 8
+#define BW24_COMBINE_UNROLL 32
 #endif
 
 // Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits.

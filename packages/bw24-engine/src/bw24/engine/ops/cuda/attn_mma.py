@@ -16,11 +16,12 @@ import numpy as np
 BLOCK_ROWS = 64  # query rows (token, head) a block: 4 warps of 16 (kernels/attention_mma.cu)
 KEY_TILE = 64  # keys a tile (AM_KT)
 HEAD_DIMS = (64, 128)  # D = Dv instances compiled (kernels.COMPILE_SET); the kernel takes multiples of 16 <= 128
-# Key splits (BW24_ATTN_MMA_SPLIT=1, opt-in until measured): a chunk of fewer than SPLIT_BELOW blocks a SM
-# splits its keys so that ~SPLIT_TARGET blocks a SM run. Why: the 0.6B's 512-token chunks (16 row tiles x 8 kv
-# heads = 128 blocks of 4 warps, one a SM) walk their whole causal range one block at a time; its pp4096 ran
-# 52,699 tok/s in 512-token chunks against 88,966 in 2048-token ones (4x the blocks) and 91,194 for pp512
-# (H200, 4ba8617), the chunks getting dearer with depth. At most SPLIT_MAX splits (their partials: SPLIT_MAX x
+# Key splits (the default since b6232b5; BW24_ATTN_MMA_SPLIT=0 turns them off): a chunk of fewer than
+# SPLIT_BELOW blocks a SM splits its keys so that ~SPLIT_TARGET blocks a SM run. Why: the 0.6B's 512-token
+# chunks (16 row tiles x 8 kv heads = 128 blocks of 4 warps, one a SM) walk their whole causal range one block
+# at a time; its pp4096 ran 52,699 tok/s in 512-token chunks against 88,966 in 2048-token ones (4x the blocks)
+# and 91,194 for pp512 (H200, 4ba8617), the chunks getting dearer with depth. With the splits (b6232b5):
+# pp4096 66,452 (52,650 without, the same session), pp512 96,256 (91,205). At most SPLIT_MAX splits (their partials: SPLIT_MAX x
 # T x H x Dv float32, 33.5 MB for the 0.6B at 512 tokens), each at least SPLIT_MIN_KEYS keys.
 SPLIT_BELOW, SPLIT_TARGET, SPLIT_MAX, SPLIT_MIN_KEYS = 2, 4, 8, 256
 

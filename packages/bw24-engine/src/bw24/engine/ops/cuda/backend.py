@@ -120,9 +120,13 @@ class CudaOps(Ops):
     attn_mma = attn_mma_env == "1"  # every chunk (kernel_check's mma cases set it)
     attn_mma_auto = attn_mma_env == "auto"
     # The mma kernel's keys in splits where a chunk has too few row tiles to fill the GPU (attn_mma.split_plan,
-    # merged by attn_mma_combine). Opt-in (BW24_ATTN_MMA_SPLIT=1, perf rows "attn_mma_split") until measured:
-    # the 0.6B's pp4096 in 512-token chunks is 52,699 tok/s against 91,194 for its pp512 (4ba8617).
-    attn_mma_split = os.environ.get("BW24_ATTN_MMA_SPLIT", "0") == "1"
+    # merged by attn_mma_combine). The default since the H200 run at b6232b5 (kernel-check's 8 split cases
+    # green, the GPU test's planted merge bug red): the 0.6B's pp4096 in 512-token chunks 66,452 tok/s with
+    # it, 52,650 without (1.56x / 1.23x llama.cpp), its pp512 96,256 / 91,205; the 8B's cells unchanged
+    # (17,494 / 17,404 pp512, 14,739 / 14,808 pp4096). BW24_ATTN_MMA_SPLIT=0 turns it off (perf rows
+    # "no_attn_mma_split").
+    attn_mma_split_env = os.environ.get("BW24_ATTN_MMA_SPLIT", "1")
+    attn_mma_split = attn_mma_split_env != "0"
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
     # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
     # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
@@ -150,9 +154,12 @@ class CudaOps(Ops):
     attn_pipe = os.environ.get("BW24_ATTN_PIPE", "0") == "1"
     # Attention's pass 2 (attn_combine, and the fused last split block) with its loop over the splits
     # unrolled 32 instead of 8 (attention.cu BW24_COMBINE_UNROLL: more partial loads in flight, the same
-    # arithmetic in the same order, the same bits). BW24_ATTN_COMBINE32=1; perf rows record "attn_combine32".
-    # Opt-in until measured: at depth 4096 more splits made decode slower (370d098), pass 2 the suspect.
-    attn_combine32 = os.environ.get("BW24_ATTN_COMBINE32", "0") == "1"
+    # arithmetic in the same order, the same bits). The default since the H200 run at b6232b5 (kernel-check's
+    # "attn combine32 == combine8 bitwise" cases green): at depth 4096 the 0.6B 884.7 tok/s with it, 795.2
+    # without, the 8B 377.1 / 371.9 (the table's 33 splits); at 66 splits (the table's since) 905.9 / 383.5.
+    # BW24_ATTN_COMBINE32=0 turns it off (perf rows "no_attn_combine32").
+    attn_combine32_env = os.environ.get("BW24_ATTN_COMBINE32", "1")
+    attn_combine32 = attn_combine32_env != "0"
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
     # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one
@@ -217,10 +224,10 @@ class CudaOps(Ops):
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
         turned off (perf rows record them: a variant of the cell, never mixed into its baseline)."""
         return [name for name, on in (("attn_gemm", self.attn_gemm_env == "1"), ("attn_mma", self.attn_mma),
-                                      ("attn_mma_split", self.attn_mma_split),
+                                      ("no_attn_mma_split", not self.attn_mma_split),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
-                                      ("attn_pipe", self.attn_pipe), ("attn_combine32", self.attn_combine32),
+                                      ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse),
@@ -298,8 +305,8 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_SUMS", 1),)
         if self.attn_pipe and file == "attention.cu":
             defines += (("BW24_ATTN_PIPE", 1),)
-        if self.attn_combine32 and file == "attention.cu":
-            defines += (("BW24_COMBINE_UNROLL", 32),)
+        if not self.attn_combine32 and file == "attention.cu":  # (attention.cu unrolls 32 by default)
+            defines += (("BW24_COMBINE_UNROLL", 8),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
@@ -318,10 +325,22 @@ class CudaOps(Ops):
         zero-filled when (re)allocated, for counters that kernels re-arm themselves (tickets)."""
         a = self._scratch.get(key)
         if a is None or a.size < n:
+            grown = a is not None
             with self.stream:
                 a = self._scratch[key] = (self.cp.zeros if zeroed else self.cp.empty)(max(n, 1), dtype=dtype)
             self._scratch_gen += 1
+            if grown and not self._capturing:
+                self._release_pool()
         return a[:n]
+
+    def _release_pool(self) -> None:
+        """Hand CuPy's cached free blocks back to the driver. A grown scratch leaves its smaller array in the
+        pool, where nothing of its size may ever come again (the 8B's prefill GEMM scratch: its Q/K/V weight
+        chunk and result, 50 + 50 MB at 2048 tokens, before the gate/up ones grow them): device memory the
+        process holds for nothing, and peak VRAM counts it. cudaFree waits for the device (so no queued kernel
+        still reads a freed block), so this runs only when a buffer grows: in the eager first run of a shape,
+        never in a captured or replayed step."""
+        self.cp.get_default_memory_pool().free_all_blocks()
 
     # ---- memory ---------------------------------------------------------------------------------
     def empty(self, shape, dtype=np.float32):

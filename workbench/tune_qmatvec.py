@@ -18,7 +18,10 @@
 # weight (the copies together > 2x the L2), so every weight byte comes from HBM and Python's launch
 # cost is out of the figure; median of repeats. "Before" is the engine's built-in default config
 # (what it runs with no table), "after" the fastest config that passed the float64 check.
-# BW24_WB_QTYPES=Q4_K,Q6_K limits the quant types (device time is scarce).
+# BW24_WB_QTYPES=Q4_K,Q6_K limits the quant types (device time is scarce); BW24_WB_SHAPES=25600x5120,...
+# sweeps those N x K shapes instead (another model's: the 32B's matvecs, absent from the table, ran its
+# decode at ~2 TB/s on the built-in default, b6232b5): they join the table as shape entries and each
+# kind's default stays the one measured before.
 # SMALL mode: the reference backend at tiny shapes; it has no launch knobs, so this exercises the
 # check / sweep / write / reload path only and writes under BW24_WB_OUT.
 
@@ -41,6 +44,13 @@ print(note)
 QTYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
 QTYPES = [q for q in os.environ.get("BW24_WB_QTYPES", ",".join(QTYPES)).split(",") if q]
 SHAPES = [(256, 512)] if TINY else [(4096, 4096), (1024, 4096), (12288, 4096), (4096, 12288), (151936, 4096)]
+SHAPES_ENV = os.environ.get("BW24_WB_SHAPES", "")
+if SHAPES_ENV:
+    try:
+        SHAPES = [tuple(int(v) for v in s.split("x")) for s in SHAPES_ENV.split(",") if s]
+        assert SHAPES and all(len(s) == 2 and min(s) > 0 for s in SHAPES)
+    except (ValueError, AssertionError):
+        raise SystemExit(f"BW24_WB_SHAPES={SHAPES_ENV!r}: comma-separated NxK shapes, e.g. 25600x5120") from None
 TOL = 1e-4 if ops.name == "cpu" else 2e-2  # cuda kernels may quantize the activation to int8
 L2_BYTES = 60e6  # H200 L2 is 60 MB (bw24-probe reports it); copies cover 2x that
 rng = np.random.default_rng(7)
@@ -117,10 +127,14 @@ for qtype, shapes in results.items():
 # %%
 name, cc = device()
 dest = tuning_dir(ops)
+table = tuning.table_path(dest, name, cc)
+had = tuning.read_table(table).get("qmatvec", {}) if table.is_file() else {}
+if SHAPES_ENV:  # shapes only: a kind's default measured before stays (a kind new to the table takes one)
+    entries = {q: {"shapes": e["shapes"]} if "default" in had.get(q, {}) else e for q, e in entries.items()}
 path = tuning.write_section(dest, name, cc, "qmatvec", entries,
                             {"notebook": "tune_qmatvec.py", "backend": note, "small": TINY,
                              "before_after": before_after})
 again = tuning.read_table(path)["qmatvec"]  # merged: shapes swept earlier (other models) stay
-assert all(again[q]["default"] == e["default"] and again[q]["shapes"].items() >= e["shapes"].items()
-           for q, e in entries.items())
+assert all(again[q]["default"] == e.get("default", had.get(q, {}).get("default"))
+           and again[q]["shapes"].items() >= e["shapes"].items() for q, e in entries.items())
 print("wrote", path)

@@ -65,3 +65,26 @@ def test_scratch_growth_hands_the_pool_back():
     assert ops._buf("y", 20).size == 20 and released == [1] and ops._scratch_gen == 2  # grown: released
     ops._capturing = True
     assert ops._buf("y", 30).size == 30 and released == [1]  # inside a capture: kept
+
+
+def test_moe_activation_policy():
+    """A mixture-of-experts model's matvecs on fp32 activations but the vocabulary head; BW24_MOE_Q8_ATTN
+    (moe_q8_attn) leaves its attention projections on the q8 path as a dense model's, and perf rows say so.
+    A dense model is never touched."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.launch import QmvConfigs
+    from gguf.constants import GGMLQuantizationType as Q
+
+    def policy(moe: bool, q8_attn: bool):
+        ops = CudaOps.__new__(CudaOps)
+        ops.qmv_configs, ops.moe_q8_attn = QmvConfigs(), q8_attn
+        ops._activation_policy(SimpleNamespace(is_moe=moe))
+        # the 30B-A3B's fused Q/K/V (5120 x 2048) and its vocabulary head (151936 x 2048)
+        return (ops.quantizes_activations, ops.qmv_configs.plan(Q.Q4_K, 5120, 2048)[0],
+                ops.qmv_configs.plan(Q.Q6_K, 151936, 2048)[0], "moe_q8_attn" in ops.opt_in())
+
+    assert policy(True, False) == (False, "f32", "q8", False)
+    assert policy(True, True) == (True, "q8", "q8", True)
+    assert policy(False, False) == (True, "q8", "q8", False)

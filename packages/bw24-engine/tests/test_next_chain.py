@@ -51,7 +51,8 @@ def chain_problems(text: str, labels: set[str], cell_ids: list[str], env_names: 
 
 
 def _env_names() -> set[str]:
-    src = "\n".join(p.read_text() for p in (ROOT / "packages").rglob("*.py"))
+    # (the workbench notebooks too: the `wb` stage runs them, BW24_WB_* picks what they sweep)
+    src = "\n".join(p.read_text() for d in ("packages", "workbench") for p in (ROOT / d).rglob("*.py"))
     return set(re.findall(r"\bBW24_[A-Z0-9_]+", src))
 
 

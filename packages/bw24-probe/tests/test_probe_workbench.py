@@ -53,3 +53,22 @@ def test_failing_notebook_fails_the_run(run_all, small, capsys):
 
 def test_unknown_notebook_is_bad_usage(run_all, small):
     assert run_all.main(["no_such_notebook", "--out", str(small)]) == 2
+
+
+def test_tune_qmatvec_other_shapes_keep_the_kind_default(run_all, small, monkeypatch):
+    """BW24_WB_SHAPES sweeps another model's shapes: they join the table next to the shapes swept before,
+    and a kind's default measured before is kept (a sweep of one model's shapes must not re-default every
+    shape the table does not name); a malformed list fails the notebook, naming the variable."""
+    assert run_all.main(["tune_qmatvec", "--out", str(small)]) == 0
+    path = small / "tuning" / "cpu-reference-sm00.json"
+    table = json.loads(path.read_text())
+    marker = {**table["qmatvec"]["Q4_K"]["default"], "planted": 1}  # a default this sweep cannot produce
+    table["qmatvec"]["Q4_K"]["default"] = marker
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv("BW24_WB_QTYPES", "Q4_K")
+    monkeypatch.setenv("BW24_WB_SHAPES", "128x256")
+    assert run_all.main(["tune_qmatvec", "--out", str(small)]) == 0
+    q4k = json.loads(path.read_text())["qmatvec"]["Q4_K"]
+    assert q4k["default"] == marker and {"256x512", "128x256"} <= set(q4k["shapes"])
+    monkeypatch.setenv("BW24_WB_SHAPES", "128by256")
+    assert run_all.main(["tune_qmatvec", "--out", str(small)]) == 1

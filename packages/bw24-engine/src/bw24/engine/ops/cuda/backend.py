@@ -60,6 +60,14 @@ class CudaOps(Ops):
         self.qmv_configs.force_path = None
         self.qmv_configs.f32_body = not on
 
+    def _activation_policy(self, cfg) -> None:
+        """A mixture-of-experts model's matvecs on fp32 activations (use_int8_activations(False)), unless
+        BW24_MOE_Q8_ATTN=1: then its attention projections (its only quantized matvecs outside the experts,
+        whose moe kernels read fp32 activations either way; the router is an F32 weight, never int8) take
+        the q8 path as a dense model's do, and the gate holds the model to the int8 half's bound."""
+        if cfg.is_moe and not self.moe_q8_attn:
+            self.use_int8_activations(False)
+
     @contextmanager
     def exact_activations(self):
         """Every matvec on the fp32-activation path, no int8 rounding of x in prefill and split (fp32-like)
@@ -173,6 +181,14 @@ class CudaOps(Ops):
     # launch then ran one row per block (_verify_plan), so every block re-read all T rows of h for their
     # scales, and the 0.6B's 5-token verify went from 2750 us (3.0 decode steps, 0d45897) to 4583 (5.2).
     norm_fuse = os.environ.get("BW24_NORM_FUSE", "0") == "1"
+    # A mixture-of-experts model's attention projections on the q8 path (_activation_policy). Opt-in
+    # (BW24_MOE_Q8_ATTN=1; perf rows "moe_q8_attn") until the gate and the perf cells have run it: on fp32
+    # activations the 30B-A3B's Q/K/V and output projections took 772 us of its 3,032 us decode token
+    # (BW24_PDL=0 profile at b6232b5: qmv3 11.3 / 9.1 us and qmv 5.9 us a layer for 3-5 MB, ~0.5 TB/s),
+    # where the 8B's q8 projections stream 2.3-3.4 TB/s. The fp32 policy came from the gate at a878d46 (int8
+    # activations: decode NMSE 2.4e-3, prefill 9.9e-3 against 2e-3); since then a float16-KV model's bound
+    # is max(2e-3, KV_DRIFT_FACTOR x the cache's rounding alone): 0.0061 for the 30B-A3B (e7b99ea).
+    moe_q8_attn = os.environ.get("BW24_MOE_Q8_ATTN", "0") == "1"
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
@@ -230,7 +246,7 @@ class CudaOps(Ops):
                                       ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
-                                      ("norm_fuse", self.norm_fuse),
+                                      ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_auto", self.prefill_env == "auto"),
@@ -720,8 +736,7 @@ class CudaOps(Ops):
         open a progress bar in bytes for the uploads through the pinned staging buffer."""
         from . import memory
 
-        if cfg.is_moe:
-            self.use_int8_activations(False)
+        self._activation_policy(cfg)
         self._mem_baseline = memory.used_bytes()
         self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),

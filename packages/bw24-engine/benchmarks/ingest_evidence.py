@@ -11,6 +11,9 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands as
   <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
+- as they are (JSON, no header): a `profile` stage's per-model profile/*.json into profile_<SHA>[_suffix]/ (what
+  `python -m bw24.engine.perf.breakdown` reads), and a `wb` stage's nb/*.json tuning table as
+  tuning_h200_<SHA>[_suffix]_<name>.json beside its nb/<notebook>.log (wb_<notebook>_h200_<SHA>[_suffix].log).
 
 Then regenerate the README table: python -m bw24.engine.cli bench --table --write README.md
 """
@@ -46,7 +49,12 @@ def target_name(rel: Path, sha: str) -> str | None:
     if any(not p.startswith("BW24_") for p in parts[:-1]):  # inside a stage's own folder
         if name == "spec_bench.jsonl" and parts[-2].startswith("spec_"):  # spec_pair/spec_bench.jsonl
             return f"spec_bench_h200_{sha}_{parts[-2][5:]}{suffix}.jsonl"
-        return None  # profile/*.json, mvsweep/*.json: the logs above carry their tables
+        if parts[-2] == "profile" and ext == "json":  # the per-kernel rows perf.breakdown tables
+            return f"profile_{sha}{suffix}/{name}"
+        if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
+            return f"wb_{stem}_h200_{sha}{suffix}.log" if ext == "log" else \
+                f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None
+        return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
             + f"_h200_{sha}{suffix}.log"
@@ -117,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, paths in files.items():
         print(f"{name:<70} <- {', '.join(str(p.relative_to(a.r)) for p in paths)}")
         if not a.dry_run:
-            (EVIDENCE / name).write_text(text_of(paths, header))
+            dest = EVIDENCE / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(paths[0].read_text() if name.endswith(".json") else text_of(paths, header))
     print(f"perf rows: {len(rows)} new")
     if rows and not a.dry_run:
         with PERF.open("a") as fh:

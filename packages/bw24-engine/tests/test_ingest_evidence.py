@@ -38,7 +38,12 @@ def _session(r: Path, perf_rows: list[dict]) -> None:
     (r / "run_gen_smollm2-135m.log").write_text(hdr + "MATCH\n")
     (r / "spec_pair.log").write_text(hdr + "pair 0.54x\n")
     (r / "spec_pair" / "spec_bench.jsonl").write_text("{}\n")
-    (r / "profile" / "profile_x.json").write_text("{}")
+    (r / "BW24_PDL_0" / "profile").mkdir(parents=True)
+    (r / "BW24_PDL_0" / "profile" / "profile_x.json").write_text('{"decode": []}')
+    (r / "BW24_PDL_0" / "profile" / "profile_x.txt").write_text("## decode\n")
+    (r / "nb").mkdir()
+    (r / "nb" / "tune_qmatvec.log").write_text(hdr + "wrote table\n")
+    (r / "nb" / "nvidia-h200-sm90.json").write_text('{"schema": 1}')
     (r / "perf.jsonl").write_text("".join(json.dumps(x) + "\n" for x in perf_rows))
 
 
@@ -47,10 +52,15 @@ def test_logs_land_under_evidence_names_and_new_rows_append(ingest, tmp_path):
     r = tmp_path / "r"
     _session(r, [{"row": 1}, {"row": 2}, {"row": 3}])
     assert mod.main([str(r), "abc1234"]) == 0
-    assert sorted(p.name for p in ev.iterdir()) == [
+    assert sorted(str(p.relative_to(ev)) for p in ev.rglob("*") if p.is_file()) == [
         "kernel_check_h200_abc1234.log", "perf_h200_abc1234.log", "perf_h200_abc1234_ubatch_2048.log",
-        "profile_h200_abc1234_attn_mma.txt", "run_gen_smollm2-135m_cuda_h200_abc1234.log",
-        "spec_bench_h200_abc1234_pair.jsonl", "spec_bench_h200_abc1234_pair.txt"]
+        "profile_abc1234_pdl_0/profile_x.json", "profile_h200_abc1234_attn_mma.txt",
+        "run_gen_smollm2-135m_cuda_h200_abc1234.log", "spec_bench_h200_abc1234_pair.jsonl",
+        "spec_bench_h200_abc1234_pair.txt", "tuning_h200_abc1234_nvidia-h200-sm90.json",
+        "wb_tune_qmatvec_h200_abc1234.log"]
+    # JSON as it came (no header line: it must still parse)
+    assert json.loads((ev / "profile_abc1234_pdl_0" / "profile_x.json").read_text()) == {"decode": []}
+    assert json.loads((ev / "tuning_h200_abc1234_nvidia-h200-sm90.json").read_text()) == {"schema": 1}
     prof = (ev / "profile_h200_abc1234_attn_mma.txt").read_text().splitlines()
     assert prof[0].startswith("# device: NVIDIA H200; git: abc1234") and prof[1:] == ["## decode"]  # warnings gone
     assert (ev / "kernel_check_h200_abc1234.log").read_text().startswith("# device: NVIDIA H200, 580; date:")

@@ -229,11 +229,10 @@ class CudaOps(Ops):
     prefill_graphs = os.environ.get("BW24_PREFILL_GRAPH", "1") != "0"
     in_prefill_graph = False  # set by PrefillGraph around its chunk (the attention's position-free choice)
     # The decode / verify attention's split geometry for a measured run, "CH:NS" (keys a split unit, most
-    # splits: ops/cuda/attn.py ATTN_SPACE), over the tuning table's (chunk 32, 33 splits on the H200). At
-    # depth 4096 the 8B's attention cost ~590 us a token against llama.cpp's ~320 (e7b99ea, from the d0 /
-    # d4096 rows), in 8 kv heads x 33 splits = 264 blocks of 4 warps: two a SM. The table came from eager
-    # single-layer timings (tune_attention, ddfc1fd), not from replayed steps. Perf rows record
-    # "attn_decode_CHxNS".
+    # splits: ops/cuda/attn.py ATTN_SPACE), over the tuning table's (chunk 32 on the H200; 66 splits since
+    # b6232b5's replayed steps, 33 from tune_attention's eager single-layer timings before). At depth 4096
+    # the 8B's attention cost ~590 us a token against llama.cpp's ~320 (e7b99ea, from the d0 / d4096 rows),
+    # in 8 kv heads x 33 splits = 264 blocks of 4 warps: two a SM. Perf rows record "attn_decode_CHxNS".
     attn_decode_env = os.environ.get("BW24_ATTN_DECODE")
 
     def opt_in(self) -> list[str]:

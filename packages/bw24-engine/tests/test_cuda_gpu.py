@@ -67,6 +67,13 @@ def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     _green_then_red(23, "attn pipe", "planted_pipe", "attn pipe == plain", 3)
 
 
+def test_x_to_half_regs_cases_green_and_an_unwritten_column_red():
+    """BW24_XH_REGS's cases (prefill's activation conversion from registers) give the strided loops' bits;
+    a planted variant whose one-read path leaves a row's last register column unwritten turns the four cases
+    with K <= 4096 red, the K = 5120 / 8192 / 12288 ones (both paths loop) staying green."""
+    _green_then_red(31, "x_to_half regs", "planted_xh", "x_to_half regs == loop", 4)
+
+
 def test_attention_combine32_cases_green_and_a_dropped_split_red():
     """BW24_ATTN_COMBINE32's cases (pass 2's split loop unrolled 32) are green; a planted variant whose wider
     loop drops a tile's last split turns the five bitwise cases red (each has several live splits)."""

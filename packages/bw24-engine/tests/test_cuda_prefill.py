@@ -590,3 +590,31 @@ def test_cuda_ffn_glu_prefill_puts_the_glu_in_the_epilogue(monkeypatch, fused):
     assert seen == [(2, 20, 1e-6, "silu")] + ([] if fused else [("glu", "silu")])
     with pytest.raises(ValueError, match="activation 'relu'"):
         ops.ffn_glu(h, np.ones(64, np.float32), 1e-6, W, W, "relu", x=None, g=g, u=u)
+
+
+def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, monkeypatch):
+    """kernel_check --variant planted_xh compiles prefill_gemm.cu with BW24_PLANTED_XH (the one-read
+    conversion's canary); to_half hands the kernel BW24_XH_REGS's choice (its last argument), off by
+    default, and perf rows name it."""
+    from bw24.engine.ops.cuda import prefill
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    ck = compile_cubin(KERNEL_DIR / "prefill_gemm.cu", "90a", defines={"BW24_PLANTED_XH": 1},
+                       name_expressions=("x_to_half",))
+    assert ck.cubin[:4] == b"\x7fELF"
+    launches = []
+    ops = CudaOps.__new__(CudaOps)
+    ops._buf = lambda key, n, dtype=np.float32: np.zeros(n, dtype)
+    ops._k = lambda f, n: (f, n)
+    ops._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn, grid, block, args))
+    assert not ops.xh_regs and "xh_regs" not in ops.opt_in()  # the default
+    x = np.zeros((40, 4096), np.float32)
+    for regs in (False, True):
+        ops.xh_regs = regs
+        prefill.to_half(ops, x, split=False, q8=True)
+    assert [(fn[1], grid, block, int(args[-1])) for fn, grid, block, args in launches] == \
+        [("x_to_half", (40,), 1024, 0), ("x_to_half", (40,), 1024, 1)]
+    assert "xh_regs" in ops.opt_in()

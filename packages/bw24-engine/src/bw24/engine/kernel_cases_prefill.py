@@ -80,7 +80,39 @@ def ffn_glu_case(qt, T: int, act: str, precision: str = "split") -> Case:
     return run
 
 
+def x_to_half_case(T: int, K: int, q8: bool, norm: bool, split: bool) -> Case:
+    """prefill.to_half with the row read once into registers (cu.xh_regs, BW24_XH_REGS) gives the strided
+    loops' bits: xh, xl (split) and the row scales, rows of K columns, with x rounded as q8 and / or
+    RMS-normalized on the way. The outputs are poisoned with NaN before each run, so a value either path
+    leaves unwritten fails (the planted_xh variant's canary)."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda import prefill
+
+        x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 30.0, (T, 1))).astype(np.float32)
+        nw = _dev(cu, rng.uniform(0.5, 1.5, K).astype(np.float32)) if norm else None
+        got = {}
+        for regs in (False, True):
+            with setting(cu, "xh_regs", regs):
+                for key, n, dt in (("gemm_xh", T * K, np.float16), ("gemm_xl", T * K, np.float16),
+                                   ("gemm_sx", T, np.float32)):  # the buffers to_half takes, poisoned
+                    cu._buf(key, n, dt).fill(np.nan)
+                xh, xl, sx = prefill.to_half(cu, _dev(cu, x), split, q8=q8,
+                                             norm=None if nw is None else (nw, 1e-6))
+                got[regs] = np.concatenate([cu.to_host(xh).astype(np.float64).ravel(),
+                                            cu.to_host(xl).astype(np.float64).ravel() if split else [],
+                                            cu.to_host(sx).astype(np.float64).ravel()])
+        return compare(name, "exact", got[True], got[False])
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
+    # the one-read conversion (K <= 4096; 5120, 8192, 12288: both take the loops) == the strided loops
+    for T, K, q8, norm, split in ((40, 4096, True, True, False), (40, 4096, False, False, True),
+                                  (17, 1024, False, True, True), (64, 5120, True, False, False),
+                                  (33, 8192, True, True, True), (20, 2048, False, True, False),
+                                  (40, 12288, True, False, True)):
+        yield (f"x_to_half regs == loop T={T} K={K}{' q8' if q8 else ''}{' +norm' if norm else ''}"
+               f"{' split' if split else ''}"), x_to_half_case(T, K, q8, norm, split)
     for qt in SUPPORTED:
         for T, bias, res, cap in ((17, False, False, 0.0), (100, True, True, 0.0), (513, True, False, 30.0)):
             yield (f"prefill gemm {qt.name:<5} N=333 K={_k_for(qt)} T={T}{' +bias' if bias else ''}"

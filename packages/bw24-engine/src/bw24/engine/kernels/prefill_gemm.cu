@@ -22,31 +22,10 @@ __device__ __forceinline__ float round_q8_lane(float v) {
     return d > 0.f ? d * rintf(__fdiv_rn(v, d)) : 0.f;
 }
 
-// x [T, K] fp32 -> xh (and xl when non-null) [T, K] fp16, sx [T] = 2^e. blockDim.x <= 1024, % 32 == 0.
-// q8 != 0: x is first rounded per 32-column group (round_q8_lane), so a prefill GEMM of a weight whose
-// decode path is q8 sees the activations that path sees (ops/cuda/launch.py default_path). K % 32 == 0:
-// a warp's lanes hold one whole group at every step of the strided loops. nw != null: x is the residual
-// stream h and gets its RMSNorm first, x = h * rsqrt(mean(h^2) + eps) * nw (norm.cu's formula; the prefill
-// rows of norm_matmul_multi: one rmsnorm launch and one pass over the rows fewer).
-extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half* __restrict__ xh,
-                                     __half* __restrict__ xl, float* __restrict__ sx, int q8,
-                                     const float* __restrict__ nw, float eps) {
-    PDL_OPEN();
-    __shared__ float red[32];
-    const int t = blockIdx.x;
-    const float* xr = x + (i64)t * K;
-    float rn = 1.f;
-    if (nw) {  // uniform over the block
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < K; i += blockDim.x) ss += xr[i] * xr[i];
-        rn = rsqrtf(block_sum(ss, red) / (float)K + eps);
-    }
-    auto load = [&](int i) {  // q8 is uniform over the block
-        const float v = nw ? xr[i] * rn * nw[i] : xr[i];
-        return q8 ? round_q8_lane(v) : v;
-    };
-    float m = 0.f;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(load(i)));
+// The row's scale from its max |v| (each thread's own max in; red: 32 floats of shared memory): sx[t] = 2^e
+// with e = floor(log2 max) - 14, from the exponent bits (exact; max == 0 or denormal keeps e = -14), and
+// 2^-e returned to every thread.
+__device__ __forceinline__ float half_row_scale(float m, float* red, float* sx, int t) {
     m = warp_max(m);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
@@ -57,17 +36,93 @@ extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half*
     if (threadIdx.x == 0) red[0] = m;
     __syncthreads();
     m = red[0];
-    // e = floor(log2 m) - 14, from the exponent bits (exact); m == 0 or denormal keeps e = -14.
     const int be = (__float_as_int(m) >> 23) & 0xFF;
     const int e = (be ? be - 127 : 0) - 14;
-    const float inv = ldexpf(1.f, -e);
     if (threadIdx.x == 0) sx[t] = ldexpf(1.f, e);
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        const float v = load(i) * inv;  // exact: a power-of-two scale
-        const __half h = __float2half_rn(v);
-        xh[(i64)t * K + i] = h;
-        if (xl) xl[(i64)t * K + i] = __float2half_rn(v - __half2float(h));
+    return ldexpf(1.f, -e);
+}
+
+__device__ __forceinline__ void store_half(__half* xh, __half* xl, i64 at, float v) {
+    const __half h = __float2half_rn(v);
+    xh[at] = h;
+    if (xl) xl[at] = __float2half_rn(v - __half2float(h));
+}
+
+// Values of a row a thread keeps in registers in x_to_half's one-read path (BW24_XH_REGS=1): rows of
+// K <= XH_NPT x blockDim, i.e. K <= 4096 (the launch gives a row ~K/4 threads, at most 1024): the 8B's,
+// the 0.6B's and the 30B-A3B's GEMM inputs but the 8B's down projection. 4 keeps the kernel at 30
+// registers, two blocks of 1024 threads a SM as the loops' 24 do; 8 took 48 (one block a SM).
+#define XH_NPT 4
+
+// x [T, K] fp32 -> xh (and xl when non-null) [T, K] fp16, sx [T] = 2^e. blockDim.x <= 1024, % 32 == 0.
+// q8 != 0: x is first rounded per 32-column group (round_q8_lane), so a prefill GEMM of a weight whose
+// decode path is q8 sees the activations that path sees (ops/cuda/launch.py default_path). K % 32 == 0:
+// a warp's lanes hold one whole group at every step of the strided loops. nw != null: x is the residual
+// stream h and gets its RMSNorm first, x = h * rsqrt(mean(h^2) + eps) * nw (norm.cu's formula; the prefill
+// rows of norm_matmul_multi: one rmsnorm launch and one pass over the rows fewer).
+// regs != 0 and K <= XH_NPT * blockDim: the row is read once into registers and rounded once; otherwise
+// the strided loops read it two or three times (sum of squares, max, write) and round it twice (the 8B's
+// 512-row conversions took 20 us each for 8 MB, 2.8 of its pp512's 29.8 ms of kernels: b6232b5 profile).
+// Both paths do the same arithmetic in the same order (each thread's sum of squares over its elements in
+// index order, then block_sum): the same bits (kernel-check "x_to_half regs == loop").
+extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half* __restrict__ xh,
+                                     __half* __restrict__ xl, float* __restrict__ sx, int q8,
+                                     const float* __restrict__ nw, float eps, int regs) {
+    PDL_OPEN();
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    const float* xr = x + (i64)t * K;
+    const i64 row = (i64)t * K;
+    float rn = 1.f;
+    auto shape = [&](float v, int i) {  // the norm (nw uniform over the block), then the q8 rounding
+        v = nw ? v * rn * nw[i] : v;
+        return q8 ? round_q8_lane(v) : v;  // q8 uniform; i < K warp-uniform (K, blockDim % 32 == 0)
+    };
+    if (regs && K <= XH_NPT * (int)blockDim.x) {
+        float v[XH_NPT];
+#pragma unroll
+        for (int j = 0; j < XH_NPT; ++j) {
+            const int i = threadIdx.x + j * blockDim.x;
+            v[j] = i < K ? xr[i] : 0.f;
+        }
+        if (nw) {
+            float ss = 0.f;
+#pragma unroll
+            for (int j = 0; j < XH_NPT; ++j)
+                if (threadIdx.x + j * blockDim.x < K) ss += v[j] * v[j];
+            rn = rsqrtf(block_sum(ss, red) / (float)K + eps);
+        }
+        float m = 0.f;
+#pragma unroll
+        for (int j = 0; j < XH_NPT; ++j) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < K) {
+                v[j] = shape(v[j], i);
+                m = fmaxf(m, fabsf(v[j]));
+            }
+        }
+        const float inv = half_row_scale(m, red, sx, t);
+#ifdef BW24_PLANTED_XH  // kernel_check canary: the one-read path leaves each row's last register column unwritten
+        const int nj = (K + blockDim.x - 1) / blockDim.x - 1;
+#else
+        const int nj = XH_NPT;
+#endif
+#pragma unroll
+        for (int j = 0; j < XH_NPT; ++j) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < K && j < nj) store_half(xh, xl, row + i, v[j] * inv);  // exact: a power-of-two scale
+        }
+        return;
     }
+    if (nw) {  // uniform over the block
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < K; i += blockDim.x) ss += xr[i] * xr[i];
+        rn = rsqrtf(block_sum(ss, red) / (float)K + eps);
+    }
+    float m = 0.f;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(shape(xr[i], i)));
+    const float inv = half_row_scale(m, red, sx, t);
+    for (int i = threadIdx.x; i < K; i += blockDim.x) store_half(xh, xl, row + i, shape(xr[i], i) * inv);
 }
 
 __device__ __forceinline__ u32 half2_bits(__half2 h) { return *reinterpret_cast<const u32*>(&h); }

@@ -189,6 +189,11 @@ class CudaOps(Ops):
     # activations: decode NMSE 2.4e-3, prefill 9.9e-3 against 2e-3); since then a float16-KV model's bound
     # is max(2e-3, KV_DRIFT_FACTOR x the cache's rounding alone): 0.0061 for the 30B-A3B (e7b99ea).
     moe_q8_attn = os.environ.get("BW24_MOE_Q8_ATTN", "0") == "1"
+    # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
+    # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits. Opt-in
+    # (BW24_XH_REGS=1; perf rows "xh_regs") until measured: at b6232b5 the conversions took 2.8 of the 8B's
+    # 29.8 ms of pp512 kernels (20 us for a 512 x 4096 row block, ~0.6 TB/s), 0.74 of the 0.6B's 5.4 ms.
+    xh_regs = os.environ.get("BW24_XH_REGS", "0") == "1"
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
@@ -246,6 +251,7 @@ class CudaOps(Ops):
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
+                                      ("xh_regs", self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_auto", self.prefill_env == "auto"),
@@ -313,7 +319,8 @@ class CudaOps(Ops):
     def _k(self, file: str, name: str):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
                    "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
-                   "planted_combine": (("BW24_PLANTED_COMBINE", 1),)}.get(self.variant, ())
+                   "planted_combine": (("BW24_PLANTED_COMBINE", 1),),
+                   "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
         if self.attn_sums and file == "attention.cu":

@@ -119,7 +119,8 @@ def to_half(ops, x, split: bool, q8: bool = False, norm=None):
     xl = ops._buf("gemm_xl", T * K, np.float16) if split else None
     nw, eps = norm if norm is not None else (NULL, 0.0)
     ops._launch(ops._k("prefill_gemm.cu", "x_to_half"), (T,), min(1024, 32 * math.ceil(K / 128)),
-                (x, np.int32(K), xh, xl if split else NULL, sx, np.int32(q8), nw, np.float32(eps)))
+                (x, np.int32(K), xh, xl if split else NULL, sx, np.int32(q8), nw, np.float32(eps),
+                 np.int32(getattr(ops, "xh_regs", False))))
     return xh, xl, sx
 
 

@@ -133,8 +133,7 @@ class CudaOps(Ops):
     # it, 52,650 without (1.56x / 1.23x llama.cpp), its pp512 96,256 / 91,205; the 8B's cells unchanged
     # (17,494 / 17,404 pp512, 14,739 / 14,808 pp4096). BW24_ATTN_MMA_SPLIT=0 turns it off (perf rows
     # "no_attn_mma_split").
-    attn_mma_split_env = os.environ.get("BW24_ATTN_MMA_SPLIT", "1")
-    attn_mma_split = attn_mma_split_env != "0"
+    attn_mma_split = os.environ.get("BW24_ATTN_MMA_SPLIT", "1") != "0"
     # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
     # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
     # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
@@ -166,14 +165,12 @@ class CudaOps(Ops):
     # "attn combine32 == combine8 bitwise" cases green): at depth 4096 the 0.6B 884.7 tok/s with it, 795.2
     # without, the 8B 377.1 / 371.9 (the table's 33 splits); at 66 splits (the table's since) 905.9 / 383.5.
     # BW24_ATTN_COMBINE32=0 turns it off (perf rows "no_attn_combine32").
-    attn_combine32_env = os.environ.get("BW24_ATTN_COMBINE32", "1")
-    attn_combine32 = attn_combine32_env != "0"
+    attn_combine32 = os.environ.get("BW24_ATTN_COMBINE32", "1") != "0"
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
     # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one
     # session (llama.cpp 304.7 / 306.7). BW24_ATTN_SPLIT_HEADS=0 turns it off (perf rows "no_attn_split_heads").
-    attn_split_heads_env = os.environ.get("BW24_ATTN_SPLIT_HEADS", "1")
-    attn_split_heads = attn_split_heads_env != "0"
+    attn_split_heads = os.environ.get("BW24_ATTN_SPLIT_HEADS", "1") != "0"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at

@@ -120,7 +120,7 @@ def to_half(ops, x, split: bool, q8: bool = False, norm=None):
     nw, eps = norm if norm is not None else (NULL, 0.0)
     ops._launch(ops._k("prefill_gemm.cu", "x_to_half"), (T,), min(1024, 32 * math.ceil(K / 128)),
                 (x, np.int32(K), xh, xl if split else NULL, sx, np.int32(q8), nw, np.float32(eps),
-                 np.int32(getattr(ops, "xh_regs", False))))
+                 np.int32(ops.xh_regs)))
     return xh, xl, sx
 
 

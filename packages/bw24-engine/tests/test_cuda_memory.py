@@ -69,22 +69,35 @@ def test_scratch_growth_hands_the_pool_back():
 
 def test_moe_activation_policy():
     """A mixture-of-experts model's matvecs on fp32 activations but the vocabulary head; BW24_MOE_Q8_ATTN
-    (moe_q8_attn) leaves its attention projections on the q8 path as a dense model's, and perf rows say so.
-    A dense model is never touched."""
+    (moe_q8_attn) leaves its attention projections on the q8 path as a dense model's, BW24_MOE_Q8 (moe_q8)
+    its experts too (not in the gate's exact half), and perf rows say so. A dense model is never touched."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.launch import QmvConfigs
+    from bw24.engine.ops.cuda.moe import q8_experts
     from gguf.constants import GGMLQuantizationType as Q
 
-    def policy(moe: bool, q8_attn: bool):
+    experts = [SimpleNamespace(fmt=7), SimpleNamespace(fmt=7), SimpleNamespace(fmt=9)]  # Q4_K / Q4_K / Q6_K
+
+    def policy(moe: bool, q8_attn: bool, q8: bool = False):
         ops = CudaOps.__new__(CudaOps)
-        ops.qmv_configs, ops.moe_q8_attn = QmvConfigs(), q8_attn
+        ops.qmv_configs, ops.moe_q8_attn, ops.moe_q8 = QmvConfigs(), q8_attn, q8
         ops._activation_policy(SimpleNamespace(is_moe=moe))
         # the 30B-A3B's fused Q/K/V (5120 x 2048) and its vocabulary head (151936 x 2048)
         return (ops.quantizes_activations, ops.qmv_configs.plan(Q.Q4_K, 5120, 2048)[0],
-                ops.qmv_configs.plan(Q.Q6_K, 151936, 2048)[0], "moe_q8_attn" in ops.opt_in())
+                ops.qmv_configs.plan(Q.Q6_K, 151936, 2048)[0], "moe_q8_attn" in ops.opt_in(),
+                "moe_q8" in ops.opt_in(), q8_experts(ops, *experts))
 
-    assert policy(True, False) == (False, "f32", "q8", False)
-    assert policy(True, True) == (True, "q8", "q8", True)
-    assert policy(False, False) == (True, "q8", "q8", False)
+    assert policy(True, False) == (False, "f32", "q8", False, False, False)
+    assert policy(True, True) == (True, "q8", "q8", True, False, False)
+    assert policy(True, False, True) == (True, "q8", "q8", False, True, True)
+    assert policy(False, False) == (True, "q8", "q8", False, False, False)
+    ops = CudaOps.__new__(CudaOps)
+    ops.qmv_configs, ops.moe_q8_attn, ops.moe_q8 = QmvConfigs(), False, True
+    ops._activation_policy(SimpleNamespace(is_moe=True))
+    ops.qmv_configs.force_path = "f32"  # the gate's exact half (exact_activations): the fp32 experts
+    assert not q8_experts(ops, *experts)
+    ops.qmv_configs.force_path = None
+    assert not q8_experts(ops, SimpleNamespace(fmt=1), SimpleNamespace(fmt=1), experts[2])  # F16: no int8 kernel
+    assert not q8_experts(ops, experts[0], SimpleNamespace(fmt=8), experts[2])  # gate / up differ: the fallback

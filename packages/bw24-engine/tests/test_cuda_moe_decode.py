@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from bw24.engine.kernel_check import FakeTensor, compare
 from bw24.engine.ops.cuda import moe as M
 from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
+from bw24.engine.ops.cuda.q8 import moe_q8_ref, quantize_x_ref, unpack_xs
 from bw24.engine.ops.cuda.repack import FMT, SUPPORTED, random_raw, reconstruct, repack
 from bw24.engine.ops.ref import RefOps
 from bw24.runtime import has_gpu, no_gpu_reason
@@ -23,6 +25,7 @@ from gguf.constants import GGMLQuantizationType as Q
 
 f32 = np.float32
 MOE_CU = (KERNEL_DIR / "moe.cu").read_text()
+SOURCES = {"moe.cu": MOE_CU, "qmatvec_q8.cu": (KERNEL_DIR / "qmatvec_q8.cu").read_text()}
 
 
 class FakeW:
@@ -37,9 +40,9 @@ class FakeW:
         return (self, None, None, None)  # plane a carries the handle; b, c, d as the real 4 pointers
 
 
-def n_params(kernel: str) -> int:
-    """Parameter count of a kernel's signature in moe.cu (guards the dispatcher's argument order)."""
-    m = re.search(rf"\b{kernel}\(([^)]*)\)\s*{{", MOE_CU)
+def n_params(kernel: str, file: str = "moe.cu") -> int:
+    """Parameter count of a kernel's signature in its .cu (guards the dispatcher's argument order)."""
+    m = re.search(rf"\b{kernel}\(([^)]*)\)\s*{{", SOURCES[file])
     assert m, kernel
     return len(m.group(1).split(","))
 
@@ -57,8 +60,11 @@ def glu_out(g, u, act):  # common.cuh glu_act(g, act) * u, in float32
 class Emu:
     """Executes the recorded launches of ops/cuda/moe.py with NumPy twins of the moe.cu kernels."""
 
-    def __init__(self, planted: bool = False):
+    def __init__(self, planted: bool = False, moe_q8: bool = False):
         self.ref, self.planted, self.stream = RefOps(), planted, contextlib.nullcontext()
+        # CudaOps' activation state as ops/cuda/moe.py q8_experts reads it, and the q8 scratch's ready mark
+        self.moe_q8, self.quantizes_activations = moe_q8, True
+        self.qmv_configs, self._q8_ready = SimpleNamespace(force_path=None), None
         self.scratch: dict[str, np.ndarray] = {}
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
@@ -81,13 +87,14 @@ class Emu:
         fn(grid, (block,), args, shared_mem=shared_mem)
 
     def _k(self, file, name):
-        assert file == "moe.cu"
+        assert file == "moe.cu" or (file, name) == ("qmatvec_q8.cu", "quantize_x")
         base, _, targs = name.partition("<")
         tp = tuple(int(v) for v in targs.rstrip(">").split(",")) if targs else ()
 
         def fn(grid, block, args, shared_mem=0):
             self.launches.append((name, tuple(grid), tuple(block), shared_mem))
-            assert len(args) == n_params(base), f"{name}: {len(args)} args for {n_params(base)} parameters"
+            n = n_params(base, file)
+            assert len(args) == n, f"{name}: {len(args)} args for {n} parameters"
             getattr(self, base)(tp, tuple(grid), block[0], args, shared_mem)
         return fn
 
@@ -153,21 +160,67 @@ class Emu:
         nw, rb = self._geometry(grid, block, L, R, k)
         assert 4 * (nw * M.xs_floats(K) + k * rb) <= smem <= M.SMEM_MAX
         assert grid[0] * rb >= N and rb <= block
-        hh, o2 = h.reshape(-1, K), out.reshape(-1, N)
+        self._down_blocks(grid, rb, k, N, K, L, dw, sel, wts, h.reshape(-1, K), res, out)
+
+    def _down_blocks(self, grid, rb, k, N, K, L, dw, sel, wts, hh, res, out):
+        """moe_down / moe_down8's blocks: RB rows of every slot's down projection, then the combine."""
+        o2 = out.reshape(-1, N)
         r2 = None if isinstance(res, np.uintp) else res.reshape(-1, N)
         for t in range(grid[1]):
             for bx in range(grid[0]):
                 n = bx * rb + np.arange(rb)
                 dsm = np.zeros((k, rb), f32)
-                for w in range(nw):
-                    for s in range(w, k, nw):
-                        slot = t * k + s
-                        dsm[s] = self._lane_sums(dw.w, int(sel[slot]) * N + np.minimum(n, N - 1), hh[slot], K, L)
+                for s in range(k):
+                    slot = t * k + s
+                    dsm[s] = self._lane_sums(dw.w, int(sel[slot]) * N + np.minimum(n, N - 1), hh[slot], K, L)
                 for i in np.nonzero(n < N)[0]:  # thread i: combine in slot order, products and adds rounded
                     y = f32(0) if r2 is None else r2[t, n[i]]
                     for s in range(k):
                         y = f32(y + f32(wts[t * k + s] * dsm[s, i]))
                     o2[t, n[i]] = y
+
+    # ---- the int8 path (BW24_MOE_Q8): activations as the kernels see them, dq(q(x)) (q8.quantize_x_ref) ----
+    def quantize_x(self, tp, grid, block, args, smem):
+        x, T, K, xq, xs = args
+        q, d, sums = quantize_x_ref(x.reshape(-1, K)[:T])
+        xq[: T * K] = q.ravel()
+        packed = np.stack([d.view(np.int32), (sums[..., 0] & 0xFFFF) | (sums[..., 1] << 16)], axis=-1)
+        xs[: T * K // 16] = packed.astype(np.int32).ravel()
+
+    @staticmethod
+    def _dq(xq, xs, rows: int, K: int):
+        """Rows of int8 codes + (scale bits, sums) slots -> the values d * q the int8 dots meet (float32)."""
+        d, _ = unpack_xs(xs[: rows * K // 16].reshape(rows, K // 32, 2))
+        q = xq[: rows * K].reshape(rows, K // 32, 32).astype(f32)
+        return (q * d[..., None]).reshape(rows, K)
+
+    def moe_gu8(self, tp, grid, block, args, smem):
+        F, R, U = tp
+        gw, _, _, _, uw, _, _, _, sel, k, xq, xs, K, N, L, act, out = args
+        assert gw.fmt == uw.fmt == F and F in M.Q8_FMTS and (L, R, U) == M.decode_config(F, K, "gu", int8=True)
+        nw, rb = self._geometry(grid, block, L, R, k)
+        assert smem == 0 and grid[0] * rb >= N
+        xx, out2 = self._dq(xq, xs, grid[1], K), out.reshape(-1, N)
+        for t in range(grid[1]):
+            for bx in range(grid[0]):
+                n = bx * rb + np.arange(rb)
+                for s in range(k):
+                    slot = t * k + s
+                    rows = int(sel[slot]) * N + np.minimum(n, N - 1)
+                    a = self._lane_sums(gw.w, rows, xx[t], K, L)
+                    b = self._lane_sums(uw.w, rows, xx[t], K, L)
+                    for i in np.nonzero(n < N)[0]:
+                        out2[slot, n[i]] = glu_out(a[i], b[i], act)
+
+    def moe_down8(self, tp, grid, block, args, smem):
+        F, R, U = tp
+        dw, _, _, _, sel, wts, k, h, K, N, L, res, out = args
+        assert dw.fmt == F and F in M.Q8_FMTS and (L, R, U) == M.decode_config(F, K, "down", int8=True)
+        nw, rb = self._geometry(grid, block, L, R, k)
+        assert smem == nw * M.xq8_bytes(K) + 4 * k * rb <= M.SMEM_MAX and grid[0] * rb >= N
+        q, d, _ = quantize_x_ref(h.reshape(-1, K)[: grid[1] * k])  # each warp's staging of its slot's row
+        hh = (q.reshape(-1, K // 32, 32).astype(f32) * d[..., None]).reshape(-1, K)
+        self._down_blocks(grid, rb, k, N, K, L, dw, sel, wts, hh, res, out)
 
     def moe_mv(self, tp, grid, block, args, smem):
         w, _, _, _, sel, k, x, per_slot, K, N, out = args
@@ -197,8 +250,17 @@ def weights(rng, qts, X, E, F):
     return router, ge, ue, de
 
 
+class DevArray(np.ndarray):
+    """An ndarray with a device array's data.ptr (q8.quantize keys its ready mark on it)."""
+
+    @property
+    def data(self):
+        return SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
 def run_emu(emu, tis, x, k, act="silu", residual=None):
     out = np.array(residual, f32) if residual is not None else np.zeros(x.shape, f32)
+    x = np.ascontiguousarray(x).view(DevArray)
     M.moe(emu, x, *(FakeW(t) for t in tis), n_used=k, norm_weights=True, act=act, out=out,
           residual=out if residual is not None else None)
     return out
@@ -239,6 +301,75 @@ def test_emulated_decode_kernels_match_reference(qts, T, X, k, E, F, act):
     assert [n for n, *_ in emu.launches] == ["moe_route", *gu, *down]
 
 
+INT8_CASES = [  # (gate, up, down) types, T, X, k, E, F
+    ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 2, 6, 3, 2048, 768),  # qwen3-30b-a3b's shapes: gu L=32, down 8 lanes x 3 groups
+    ((Q.Q8_0, Q.Q8_0, Q.Q4_0), 3, 5, 2, 544, 160),  # 17 / 5 groups: lanes past the end
+]
+
+
+def run_q8_ref(tis, x, k, residual, h=None):
+    dense = [RefOps().load_weight(t).data for t in tis]
+    return moe_q8_ref(x, *dense, n_used=k, norm_weights=True, act="silu", residual=residual, h=h)
+
+
+@pytest.mark.parametrize("qts,T,X,k,E,F", INT8_CASES, ids=lambda v: getattr(v, "name", None))
+def test_emulated_int8_experts_match_q8_reference(qts, T, X, k, E, F):
+    """BW24_MOE_Q8: quantize_x (no fused producer here), moe_route, moe_gu8, moe_down8, with the int8
+    geometry; g against moe_q8_ref's, out against its down projection of the emulated g (two stages, as
+    kernel_check's "moe decode q8" cases); T rows in one call == T one-row calls (verify == decode)."""
+    rng = np.random.default_rng(17)
+    tis = weights(rng, qts, X, E, F)
+    x = rng.standard_normal((T, E)).astype(f32)
+    r = rng.standard_normal((T, E)).astype(f32)
+    emu = Emu(moe_q8=True)
+    got = run_emu(emu, tis, x, k, residual=r)
+    g = emu.scratch["moe_g"][: T * k * F].reshape(T * k, F)
+    want_g, _ = run_q8_ref(tis, x, k, r)
+    res = compare("emu g", "matmul_q8", g, want_g)
+    assert res.ok, res.line()
+    res = compare("emu out", "matmul_q8", got, run_q8_ref(tis, x, k, r, h=g)[1])
+    assert res.ok, res.line()
+    fg, fd = FMT[qts[0]], FMT[qts[2]]
+    gu = f"moe_gu8<{fg},{','.join(map(str, M.decode_config(fg, E, 'gu', int8=True)[1:]))}>"
+    down = f"moe_down8<{fd},{','.join(map(str, M.decode_config(fd, F, 'down', int8=True)[1:]))}>"
+    assert [n for n, *_ in emu.launches] == ["quantize_x", "moe_route", gu, down]
+    ones = np.concatenate([run_emu(Emu(moe_q8=True), tis, x[t:t + 1], k, residual=r[t:t + 1]) for t in range(T)])
+    np.testing.assert_array_equal(ones, got)
+    fp32 = run_emu(Emu(), tis, x, k, residual=r)  # the same call without BW24_MOE_Q8: the fp32 kernels
+    assert not compare("fp32 vs int8", "matmul_q8", fp32, got).ok  # the int8 path really rounds x
+
+
+def test_int8_experts_need_the_int8_state():
+    """q8_experts: only with moe_q8 on, the backend's activations on the int8 path (not the gate's exact
+    half, force_path "f32"), and formats the int8 kernels have."""
+    rng = np.random.default_rng(2)
+    tis = weights(rng, (Q.Q4_K, Q.Q4_K, Q.Q6_K), 4, 256, 256)
+    ws = [FakeW(t) for t in tis[1:]]
+    emu = Emu(moe_q8=True)
+    assert M.q8_experts(emu, *ws)
+    emu.qmv_configs.force_path = "f32"
+    assert not M.q8_experts(emu, *ws)
+    emu.qmv_configs.force_path, emu.quantizes_activations = None, False
+    assert not M.q8_experts(emu, *ws)
+    assert not M.q8_experts(Emu(), *ws)
+    wide = [FakeW(t) for t in weights(rng, (Q.F16, Q.F16, Q.F16), 4, 256, 256)[1:]]
+    assert not M.q8_experts(Emu(moe_q8=True), *wide)
+    emu = Emu(moe_q8=True)
+    x = rng.standard_normal((3, 256)).astype(f32)
+    run_emu(emu, tis, x, 2)
+    assert "moe_gu8<7,1,2>" in [n for n, *_ in emu.launches]
+
+
+def test_int8_staging_keeps_every_warp_row_16_byte_aligned():
+    """moe_down8 reads a staged row's codes as int4: each warp's slice (moe.cu xq8_bytes, mirrored by
+    moe.py) must hold K codes + K/32 int2 and be a multiple of 16 bytes (K = 544: 680 -> 688)."""
+    assert "return (K + 8 * (K >> 5) + 15) & ~15;" in MOE_CU
+    for K in range(32, 16384 + 1, 32):
+        b = M.xq8_bytes(K)
+        assert b % 16 == 0 and K + 8 * (K // 32) <= b < K + 8 * (K // 32) + 16
+    assert M.xq8_bytes(544) == 688 and M.xq8_bytes(768) == 960
+
+
 def test_planted_dropped_group_is_caught():
     """Canary: the twin with the last group dropped (the kernels' BW24_PLANTED_BUG) fails the tolerance."""
     rng = np.random.default_rng(3)
@@ -271,6 +402,9 @@ def test_decode_config_covers_every_row_length(kind):
             assert L in (8, 16, 32) and R <= L and 32 // L * R <= 32
             assert L * U >= G or L == 32  # the fewest lanes that cover the groups in one batch
             assert f"moe_{kind}<{fmt},{R},{U}>" in COMPILE_SET["moe.cu"]
+            if fmt in M.Q8_FMTS:  # the int8 kernels: the same lanes (a row's order), one row a segment
+                assert M.decode_config(fmt, K, kind, int8=True) == (L, 1, U)
+                assert f"moe_{kind}8<{fmt},1,{U}>" in COMPILE_SET["moe.cu"]
     assert M.decode_config(7, 2048, "gu") == (32, 2, 2)  # qwen3-30b-a3b: 64 groups, 2 per lane
     assert M.decode_config(9, 768, "down") == (8, 2, 3)  # 24 groups: 4 rows x 8 lanes x 3, no idle lane
     with pytest.raises(ValueError, match="kind"):
@@ -351,3 +485,6 @@ def test_gpu_moe_cases_green_and_planted_bug_red():
     assert main(seed=21, only="moe decode", out=lines.append) == 0, "\n".join(lines)
     bad: list[str] = []
     assert main(seed=21, variant="planted_bug", only="moe decode Q4_K", out=bad.append) == 1, "\n".join(bad)
+    bad8: list[str] = []  # the int8 kernels share Seg's group loop: the dropped group turns them red too
+    assert main(seed=21, variant="planted_bug", only="moe decode q8 Q4_K", out=bad8.append) == 1, "\n".join(bad8)
+    assert sum(line.startswith("moe decode q8") and line.endswith(" FAIL") for line in bad8) >= 3, "\n".join(bad8)

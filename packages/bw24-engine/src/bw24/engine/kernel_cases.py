@@ -348,10 +348,15 @@ def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int |
     return run
 
 
-def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int) -> Case:
+def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: bool = False) -> Case:
     """Speculative verify (T tokens in one call) gives bit-identical rows to T decode calls (T = 1): the
-    MoE layer's batch_rows_exact contract (routing, experts and combine per token, fixed order)."""
+    MoE layer's batch_rows_exact contract (routing, experts and combine per token, fixed order). q8: with
+    the experts on the int8 path (BW24_MOE_Q8)."""
     def run(name, ref, cu, rng):
+        with setting(cu, "moe_q8", q8):
+            return body(name, ref, cu, rng)
+
+    def body(name, ref, cu, rng):
         tag = f"{name}:"
         ws = [_weight(Q.F32, X, E, rng, tag + "router"),
               FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
@@ -453,6 +458,9 @@ def cases() -> Iterator[tuple[str, Case]]:
     for qt, dq in ((Q.Q4_K, Q.Q6_K), (Q.Q8_0, Q.Q8_0), (Q.F16, Q.F16)):
         yield f"moe decode==verify bitwise {qt.name}/{dq.name} T=9 X=16 k=8 E=2048 F=768", \
             moe_verify_case(qt, dq, 9, 16, 8, 2048, 768)
+    for qt, dq in ((Q.Q4_K, Q.Q6_K), (Q.Q4_K, Q.Q4_K)):
+        yield f"moe decode q8 decode==verify bitwise {qt.name}/{dq.name} T=9 X=16 k=8 E=2048 F=768", \
+            moe_verify_case(qt, dq, 9, 16, 8, 2048, 768, q8=True)
     yield "advance pos += 3", advance_case()
     from .kernel_cases_prefill import cases as prefill_cases  # T > 16: fp16 GEMM, flash attention
 

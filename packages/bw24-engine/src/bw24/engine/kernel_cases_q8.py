@@ -13,8 +13,9 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
 from .kernel_cases import Case, _dev, _weight, split_products
-from .kernel_check import compare, setting
-from .ops.cuda.q8 import matmul_q8_ref, quantize_x_ref, unpack_xs
+from .kernel_check import FakeTensor, compare, setting
+from .ops.cuda.q8 import matmul_q8_ref, moe_q8_ref, quantize_x_ref, unpack_xs
+from .ops.cuda.repack import random_raw
 
 Q8_FORMATS = (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_K)
 KQ = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
@@ -177,6 +178,53 @@ def count_launches(cu, fn) -> int:
     return len(launches)
 
 
+def kernel_names(cu, fn) -> list[str]:
+    """The kernel names fn() asks cu for, in order (which path a call took)."""
+    names = []
+    orig = cu._k
+    cu._k = lambda f, n, *a, **kw: (names.append(n), orig(f, n, *a, **kw))[1]
+    try:
+        fn()
+    finally:
+        cu._k = orig
+    return names
+
+
+def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = False) -> Case:
+    """BW24_MOE_Q8's experts (moe_gu8 / moe_down8) in two stages against moe_q8_ref: the g rows moe_gu8 left in
+    its scratch against the reference's g, then out against the reference's down projection of the kernel's
+    own g (a g an ulp off may cross a rounding boundary of its quantization), each at the matmul_q8 tolerance;
+    the worse of the two. fused: x is a K >= 2048 rmsnorm's output, whose int8 rows the norm wrote (no
+    quantize_x launch, the real forward's path). The call must have taken the int8 kernels."""
+    def run(name, ref, cu, rng):
+        tag = f"{name}:"
+        tis = [_weight(Q.F32, X, E, rng, tag + "router"),
+               FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
+               FakeTensor(tag + "up_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
+               FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
+        r = rng.standard_normal((T, E)).astype(np.float32)
+        ws, out = [cu.load_weight(t) for t in tis], _dev(cu, r)
+        xd = _dev(cu, _x(rng, T, E))
+        with setting(cu, "moe_q8", True):
+            if fused:
+                xn = cu.zeros((T, E))
+                cu.rmsnorm(xd, _dev(cu, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32)), 1e-6, out=xn)
+                xd = xn
+            names = kernel_names(cu, lambda: cu.moe(xd, *ws, n_used=k, norm_weights=True, act="silu", out=out,
+                                                    residual=out))
+        want_names = {"moe_gu8", "moe_down8"} | ({"quantize_x"} if not fused else set())
+        if {n.partition("<")[0] for n in names} - {"qmv", "moe_route"} != want_names:
+            return compare(name + f" (launches {names})", "exact", np.array([0]), np.array([1]))
+        dense = [ref.load_weight(t).data for t in tis]
+        x, g = cu.to_host(xd), cu.to_host(cu._buf("moe_g", T * k * F)).reshape(T * k, F)
+        kw = dict(n_used=k, norm_weights=True, act="silu", residual=r)
+        want_g, _ = moe_q8_ref(x, *dense, **kw)
+        _, want = moe_q8_ref(x, *dense, **kw, h=g)
+        return max(compare(name, "matmul_q8", g, want_g), compare(name, "matmul_q8", cu.to_host(out), want),
+                   key=lambda res: (not res.ok, res.rel))
+    return run
+
+
 def fused_consumer_case(qts, T: int) -> Case:
     """fused rmsnorm -> q8 matmul_multi (no quantize_x launch in between) vs matmul_q8_ref of the norm's output."""
     def run(name, ref, cu, rng):
@@ -247,6 +295,12 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"q8 fused glu_q8 T={T} K={k}", fused_producer_case("glu", T, k)
     yield "q8 fused rmsnorm -> matmul_multi Q4_K+Q4_K+Q6_K T=1", fused_consumer_case((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1)
     yield "q8 fused rmsnorm -> matmul_multi Q8_0+Q8_0 T=9", fused_consumer_case((Q.Q8_0, Q.Q8_0), 9)
+    # BW24_MOE_Q8: qwen3-30b-a3b's expert shapes (E = 2048, F = 768, k = 8; X cut to 16), its down types
+    for T, dq, fused in ((1, Q.Q6_K, True), (5, Q.Q4_K, False), (9, Q.Q6_K, True)):
+        yield f"moe decode q8 Q4_K/Q4_K/{dq.name} T={T} X=16 k=8 E=2048 F=768{' fused norm' if fused else ''}", \
+            moe_case(Q.Q4_K, dq, T, 16, 8, 2048, 768, fused)
+    yield "moe decode q8 Q8_0/Q8_0/Q8_0 T=2 X=12 k=8 E=1024 F=544", moe_case(Q.Q8_0, Q.Q8_0, 2, 12, 8, 1024, 544)
+    yield "moe decode q8 Q5_K/Q5_K/Q4_0 T=3 X=10 k=3 E=768 F=512", moe_case(Q.Q5_K, Q.Q4_0, 3, 10, 3, 768, 512)
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     for qt in Q8_FORMATS:

@@ -24,16 +24,27 @@
 //     group sums of x (Q4_1/Q4_K/Q5_K's minimum term) are computed once there too.
 //     moe_down keeps each slot's down row in shared memory and thread r of the block adds the k of
 //     them into out in j order (moe_combine's arithmetic).
+//   moe_gu8 / moe_down8 (ops/cuda/moe.py q8_experts: the model's activations on the int8 path, as a dense
+//     model's matvecs): the same mapping and the same Seg, with qdot_q8.cuh's integer group dot against
+//     int8-quantized activations (quant_x.cuh) instead of the fp32 group dot, ~3x fewer instructions per
+//     4-bit weight. moe_gu8 reads x[t]'s codes straight from global memory (L1: every warp of the block
+//     reads the same token; the fused rmsnorm_reg or quantize_x wrote them); moe_down8's warp quantizes
+//     its slot's h row into shared memory with quant_group8x4 (the same bits as a quantize_x launch).
 //   moe_mv (fallback: gate/up of different formats, or x too long for shared memory): one warp per
 //     output row, lanes walk the 32-column groups (decode_group), warp-sum at the end.
 //   moe_combine (prefill and the fallback): one thread per (token, column).
 // Bytes moved: route 4*T*X read; gu/down the selected experts' repacked rows only (k/X of each
 //   tensor per token, e.g. Q4_K 4.625 bits/weight), x from L2 once per block (4*E) or per warp
 //   (4*F); out 4*T*k*F (gu), 4*T*E (+ 4*T*E residual) (down).
-#include "qdot.cuh"
+#include "qdot_q8.cuh"
+#include "quant_x.cuh"
 
 #define MOE_WARPS 4      // moe_mv
 #define MOE_MAX_WARPS 8  // moe_gu / moe_down: at most this many warps (routed slots) per block
+// moe_gu8 / moe_down8 blocks resident per SM: one-row segments (ops/cuda/moe.py decode_config, q8) fit 64
+// registers without spills (sm_90a; two-row segments spill at 3 blocks), so 32 warps an SM hide the latency
+// of a kernel whose warps each make one pass over their weights.
+#define MOE8_MIN_BLOCKS 4
 
 __device__ __forceinline__ void better_d(double& v, int& i, double v2, int i2) {
     if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
@@ -129,12 +140,52 @@ __device__ __forceinline__ void stage_sx(float* xs, int K, int i0, int stride) {
 // Floats one staged vector takes: K values, then G group sums padded to a float4.
 __device__ __forceinline__ int xs_floats(int K) { return K + (((K >> 5) + 3) & ~3); }
 
+// ---- activation sources of a segment's group dots (Seg) -----------------------------------------------
+// fp32 x staged in shared memory by stage_x / stage_sx (moe_gu, moe_down).
+template <int FMT>
+struct XsF32 {
+    const float* xs;
+    int K;
+    struct V {
+        float xr[32];
+        float sx;
+    };
+    __device__ __forceinline__ void load(int g, V& v) const {
+        load_x(xs, g, v.xr);
+        v.sx = needs_sx<FMT>() ? xs[K + g] : 0.f;
+    }
+    __device__ __forceinline__ float dot(const GRaw<FMT>& r, const V& v) const { return group_dot<FMT>(r, v.xr, v.sx); }
+};
+
+// int8 x of one token or slot (quant_x.cuh: codes xq [K], per group (scale bits, half sums) xs [K/32]), in
+// global memory (SMEM false: the read-only path, L1-cached) or staged in shared memory.
+template <int FMT, bool SMEM>
+struct XsQ8 {
+    const i8* xq;
+    const int2* xs;
+    using V = XQ;
+    __device__ __forceinline__ void load(int g, V& v) const {
+        const int4* p = reinterpret_cast<const int4*>(xq + 32 * g);
+        int4 a, b;
+        int2 m;
+        if constexpr (SMEM) {
+            a = p[0]; b = p[1]; m = xs[g];
+        } else {
+            a = __ldg(p); b = __ldg(p + 1); m = __ldg(xs + g);
+        }
+        v.v[0] = a.x; v.v[1] = a.y; v.v[2] = a.z; v.v[3] = a.w;
+        v.v[4] = b.x; v.v[5] = b.y; v.v[6] = b.z; v.v[7] = b.w;
+        set_xscale(m, v);
+    }
+    __device__ __forceinline__ float dot(const GRaw<FMT>& r, const V& v) const { return group_dot_q8<FMT>(r, v); }
+};
+
 // One segment's R rows (clamped to N-1) of expert e: a[r] = A row . x, b[r] = B row . x (GLU), over the
 // segment's L lanes; lane j takes groups j, j + L, ... in increasing order, U groups of every row per
 // batch, loaded before any arithmetic. The caller load()s the first batch before x is staged (the
 // weight stream overlaps the staging); finish() runs the rest, then an xor butterfly that leaves every
 // lane of the segment with the same sums (fp32 addition is commutative).
-template <int FMT, int R, int U, bool GLU>
+template <int FMT, int R, int U, bool GLU, class XS = XsF32<FMT>>
 struct Seg {
     GRaw<FMT> ra[U][R];
     GRaw<FMT> rb[GLU ? U : 1][GLU ? R : 1];
@@ -168,28 +219,27 @@ struct Seg {
         }
     }
 
-    __device__ __forceinline__ void acc(int g0, int L, int K, const float* xs) {
+    __device__ __forceinline__ void acc(int g0, int L, const XS& x) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int g = g0 + u * L;
             if (g < G_END) {
-                float xr[32];
-                load_x(xs, g, xr);
-                const float sx = needs_sx<FMT>() ? xs[K + g] : 0.f;
+                typename XS::V xv;
+                x.load(g, xv);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    a[r] += group_dot<FMT>(ra[u][r], xr, sx);
-                    if constexpr (GLU) b[r] += group_dot<FMT>(rb[u][r], xr, sx);
+                    a[r] += x.dot(ra[u][r], xv);
+                    if constexpr (GLU) b[r] += x.dot(rb[u][r], xv);
                 }
             }
         }
     }
 
     // The batches after the first (already loaded at g0 = j), then the butterfly over L lanes.
-    __device__ __forceinline__ void finish(const Planes& A, const Planes& B, int j, int L, int K, const float* xs) {
+    __device__ __forceinline__ void finish(const Planes& A, const Planes& B, int j, int L, int K, const XS& x) {
         for (int g0 = j; g0 < G_END; g0 += U * L) {
             if (g0 != j) load(A, B, g0, L, K);
-            acc(g0, L, K, xs);
+            acc(g0, L, x);
         }
         for (int o = L >> 1; o > 0; o >>= 1)
 #pragma unroll
@@ -227,10 +277,47 @@ moe_gu(const void* __restrict__ ga, const void* __restrict__ gb, const void* __r
                 __syncthreads();
             }
         }
-        sg.finish(A, B, j, L, K, xs);
+        sg.finish(A, B, j, L, K, XsF32<FMT>{xs, K});
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (j == r && n0 + r < N) out[(i64)slot * N + n0 + r] = glu_act(sg.a[r], act) * sg.b[r];  // as glu
+    }
+}
+
+// moe_gu on the int8 path: xq / xs are x's quantization [T, K] / [T, K/32] (no staging, no shared memory).
+template <int FMT, int R, int U>
+__global__ void __launch_bounds__(MOE_MAX_WARPS * 32, MOE8_MIN_BLOCKS)
+moe_gu8(const void* __restrict__ ga, const void* __restrict__ gb, const void* __restrict__ gc,
+        const void* __restrict__ gd, const void* __restrict__ ua, const void* __restrict__ ub,
+        const void* __restrict__ uc, const void* __restrict__ ud, const int* __restrict__ sel, int k,
+        const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int N, int L, int act,
+        float* __restrict__ out) {
+    PDL_OPEN();
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, nw = blockDim.x >> 5;
+    const int seg = lane / L, j = lane % L;
+    const int n0 = blockIdx.x * (32 / L) * R + seg * R;
+    const Planes A{ga, gb, gc, gd}, B{ua, ub, uc, ud};
+    const XsQ8<FMT, false> x{xq + (i64)t * K, xs + (i64)t * (K >> 5)};
+    for (int s = tid >> 5; s < k; s += nw) {
+        const int slot = t * k + s;
+        Seg<FMT, R, U, true, XsQ8<FMT, false>> sg((i64)sel[slot], n0, N, K);
+        sg.load(A, B, j, L, K);
+        sg.finish(A, B, j, L, K, x);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (j == r && n0 + r < N) out[(i64)slot * N + n0 + r] = glu_act(sg.a[r], act) * sg.b[r];  // as glu
+    }
+}
+
+// out[t, n] = residual[t, n] + sum_s wts[t, s] * dsm[s, n - nb] for the block's rows (thread r: row nb + r).
+__device__ __forceinline__ void combine_rows(const float* dsm, const float* __restrict__ wts, int k, int t, int nb,
+                                             int RB, int N, const float* residual, float* out) {
+    const int tid = threadIdx.x;
+    if (tid < RB && nb + tid < N) {
+        const int n = nb + tid;
+        float y = residual ? residual[(i64)t * N + n] : 0.f;
+        for (int s = 0; s < k; ++s) y = __fadd_rn(y, __fmul_rn(wts[(i64)t * k + s], dsm[s * RB + tid]));
+        out[(i64)t * N + n] = y;
     }
 }
 
@@ -262,18 +349,56 @@ moe_down(const void* __restrict__ pa, const void* __restrict__ pb, const void* _
             stage_sx<FMT>(xs, K, lane, 32);
             __syncwarp();
         }
-        sg.finish(P, P, j, L, K, xs);
+        sg.finish(P, P, j, L, K, XsF32<FMT>{xs, K});
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (j == r) dsm[s * RB + seg * R + r] = sg.a[r];
     }
     __syncthreads();
-    if (tid < RB && nb + tid < N) {
-        const int n = nb + tid;
-        float y = residual ? residual[(i64)t * N + n] : 0.f;
-        for (int s = 0; s < k; ++s) y = __fadd_rn(y, __fmul_rn(wts[(i64)t * k + s], dsm[s * RB + tid]));
-        out[(i64)t * N + n] = y;
+    combine_rows(dsm, wts, k, t, nb, RB, N, residual, out);
+}
+
+// Bytes one warp's staged int8 row of K takes in moe_down8: K codes, then K/32 int2, padded to 16 bytes (the
+// next warp's codes are read as int4).
+__device__ __forceinline__ int xq8_bytes(int K) { return (K + 8 * (K >> 5) + 15) & ~15; }
+
+// moe_down on the int8 path: each warp quantizes its slot's h row into shared memory (quant_group8x4: 8 lanes a
+// group, 4 groups a pass; the bits quantize_x would write), then the int8 group dots. Dynamic smem:
+// nw * xq8_bytes(K) + 4 * k * RB bytes.
+template <int FMT, int R, int U>
+__global__ void __launch_bounds__(MOE_MAX_WARPS * 32, MOE8_MIN_BLOCKS)
+moe_down8(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
+          const void* __restrict__ pd, const int* __restrict__ sel, const float* __restrict__ wts, int k,
+          const float* __restrict__ h, int K, int N, int L, const float* residual, float* out) {
+    PDL_OPEN();
+    extern __shared__ float4 smem4[];
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
+    const int RB = (32 / L) * R;
+    i8* wq = reinterpret_cast<i8*>(smem4) + w * xq8_bytes(K);  // this warp's staged codes, then its scales
+    int2* ws = reinterpret_cast<int2*>(wq + K);
+    float* dsm = reinterpret_cast<float*>(reinterpret_cast<i8*>(smem4) + nw * xq8_bytes(K));  // [k, RB]
+    const int seg = lane / L, j = lane % L;
+    const int nb = blockIdx.x * RB, n0 = nb + seg * R;
+    const Planes P{pa, pb, pc, pd};
+    const XsQ8<FMT, true> x{wq, ws};
+    for (int s = w; s < k; s += nw) {
+        const int slot = t * k + s;
+        Seg<FMT, R, U, false, XsQ8<FMT, true>> sg((i64)sel[slot], n0, N, K);
+        sg.load(P, P, j, L, K);  // the weight stream overlaps the quantization of h[slot]
+        __syncwarp();            // every lane is done reading the previous slot's staged row
+        const float4* src = reinterpret_cast<const float4*>(h + (i64)slot * K);
+        for (int c = lane; c < ((K >> 2) + 31) / 32 * 32; c += 32) {  // every lane calls (full-mask shuffles)
+            const bool valid = c < (K >> 2);  // whole 8-lane groups: K % 32 == 0
+            quant_group8x4(valid ? src[c] : make_float4(0.f, 0.f, 0.f, 0.f), valid, wq + 4 * c, ws + (c >> 3));
+        }
+        __syncwarp();
+        sg.finish(P, P, j, L, K, x);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (j == r) dsm[s * RB + seg * R + r] = sg.a[r];
     }
+    __syncthreads();
+    combine_rows(dsm, wts, k, t, nb, RB, N, residual, out);
 }
 
 // ---- fallback and prefill pieces ------------------------------------------------------------------

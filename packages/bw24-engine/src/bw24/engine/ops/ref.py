@@ -148,15 +148,9 @@ class RefOps(Ops):
         out[...] = _act(gate, act) * up
 
     def moe(self, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None):
-        logits = _mm(router.data, x).astype(np.float64)  # [T, X]
-        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        probs /= probs.sum(axis=-1, keepdims=True)
+        routes = route(_mm(router.data, x), n_used, norm_weights)
         y = np.zeros(out.shape, np.float32) if residual is None else residual.astype(np.float32, copy=True)
-        for t in range(x.shape[0]):
-            sel = np.argsort(-probs[t], kind="stable")[:n_used]
-            wts = probs[t, sel]
-            if norm_weights:
-                wts = wts / wts.sum()
+        for t, (sel, wts) in enumerate(routes):
             xt = x[t : t + 1]
             for e, we in zip(sel, wts, strict=True):
                 h = _act(_mm(gate_exps.data[e], xt), act) * _mm(up_exps.data[e], xt)
@@ -177,6 +171,20 @@ class RefOps(Ops):
         out[0] = tok
         if counts is not None:
             counts[tok] += 1
+
+
+def route(logits: np.ndarray, n_used: int, norm_weights: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per token of router logits [T, X]: (the n_used experts of largest softmax probability, in descending
+    order, ties to the lower index; their float64 weights, renormalized to sum 1 when norm_weights)."""
+    logits = np.asarray(logits, np.float64)
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    out = []
+    for p in probs:
+        sel = np.argsort(-p, kind="stable")[:n_used]
+        wts = p[sel]
+        out.append((sel, wts / wts.sum() if norm_weights else wts))
+    return out
 
 
 def _mm(w: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -62,10 +62,11 @@ class CudaOps(Ops):
 
     def _activation_policy(self, cfg) -> None:
         """A mixture-of-experts model's matvecs on fp32 activations (use_int8_activations(False)), unless
-        BW24_MOE_Q8_ATTN=1: then its attention projections (its only quantized matvecs outside the experts,
-        whose moe kernels read fp32 activations either way; the router is an F32 weight, never int8) take
-        the q8 path as a dense model's do, and the gate holds the model to the int8 half's bound."""
-        if cfg.is_moe and not self.moe_q8_attn:
+        BW24_MOE_Q8_ATTN=1: then its attention projections (its only quantized matvecs outside the experts;
+        the router is an F32 weight, never int8) take the q8 path as a dense model's do, or BW24_MOE_Q8=1:
+        then the experts too (ops/cuda/moe.py q8_experts: moe_gu8 / moe_down8). Either way the gate holds
+        the model to the int8 half's bound."""
+        if cfg.is_moe and not (self.moe_q8_attn or self.moe_q8):
             self.use_int8_activations(False)
 
     @contextmanager
@@ -186,6 +187,12 @@ class CudaOps(Ops):
     # activations: decode NMSE 2.4e-3, prefill 9.9e-3 against 2e-3); since then a float16-KV model's bound
     # is max(2e-3, KV_DRIFT_FACTOR x the cache's rounding alone): 0.0061 for the 30B-A3B (e7b99ea).
     moe_q8_attn = os.environ.get("BW24_MOE_Q8_ATTN", "0") == "1"
+    # ... and the experts' decode / verify matvecs too (ops/cuda/moe.py q8_experts; perf rows "moe_q8"): the
+    # whole model on int8 activations, as a dense model and as llama.cpp's MoE matvecs (q8_1 activations).
+    # Opt-in until its gate and perf cells have run: at b6232b5 the fp32 group dot made moe_gu / moe_down
+    # instruction-bound (577 + 402 us of the 30B-A3B's 3,032 us a token for ~1 GB: ~1.1 TB/s), where the
+    # 8B's dp4a matvecs stream 2.9 TB/s.
+    moe_q8 = os.environ.get("BW24_MOE_Q8", "0") == "1"
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
     # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits. Opt-in
     # (BW24_XH_REGS=1; perf rows "xh_regs") until measured: at b6232b5 the conversions took 2.8 of the 8B's
@@ -248,6 +255,7 @@ class CudaOps(Ops):
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
+                                      ("moe_q8", self.moe_q8),
                                       ("xh_regs", self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),

@@ -6,6 +6,10 @@ projection and the weighted combine + residual, one launch). No host sync, so a 
 is captured as one graph like the dense models. Prefill (T > 16) replaces the expert matvecs by
 per-expert GEMMs after one host read of the routing (moe_prefill.py), then moe_combine.
 
+On the int8 path (q8_experts: BW24_MOE_Q8=1 puts the whole model's activations there, as a dense model's),
+moe_gu8 reads x's quantization (left by the fused rmsnorm_reg, else one quantize_x) and moe_down8 quantizes
+each slot's h row itself: the same 4 launches, integer group dots (kernels/qdot_q8.cuh).
+
 Fallbacks (same results within the matmul tolerance, slower): gate and up of different formats run as
 two moe_mv + glu; a row too long for the shared-memory staging (4 * ~K bytes > 48 KiB) runs moe_mv.
 
@@ -28,19 +32,22 @@ SMEM_MAX = 48 * 1024  # dynamic shared memory a block gets without an opt-in att
 WIDE = (0, 1, 2)  # F32 / F16 / BF16: 4-8 vectors per group, so one group of one row per batch (registers)
 # formats whose 2-row segments spill past 128 registers on sm_90a (2 blocks of 8 warps per SM): one row
 ONE_ROW = {"gu": (3, 8, 9), "down": (3,)}  # Q8_0, Q5_K, Q6_K
+Q8_FMTS = tuple(range(3, 10))  # the quantized formats, moe_gu8 / moe_down8's (qdot_q8.cuh q8_ok)
 
 
-def decode_config(fmt: int, K: int, kind: str) -> tuple[int, int, int]:
+def decode_config(fmt: int, K: int, kind: str, int8: bool = False) -> tuple[int, int, int]:
     """(L lanes per row, R rows per segment, U groups per lane per batch) of moe_gu ("gu") / moe_down
-    ("down") for a weight of format `fmt` and row length K. A function of (fmt, K, kind) only, never of
-    T: L and K fix a row's summation order. U covers K/32 groups with as few lanes (>= 8) as it can, so
-    the down projection (K = 768: 24 groups) keeps all 32 lanes busy (4 rows x 8 lanes x 3 groups)."""
+    ("down") for a weight of format `fmt` and row length K (int8: of moe_gu8 / moe_down8). A function of
+    (fmt, K, kind, int8) only, never of T: L and K fix a row's summation order. U covers K/32 groups with
+    as few lanes (>= 8) as it can, so the down projection (K = 768: 24 groups) keeps all 32 lanes busy
+    (4 rows x 8 lanes x 3 groups). The int8 kernels take one row per segment: 64 registers, 4 blocks an SM
+    (moe.cu MOE8_MIN_BLOCKS)."""
     if kind not in ("gu", "down"):
         raise ValueError(f"decode_config kind {kind!r}: 'gu' or 'down'")
     if fmt in WIDE:
         R, U = 1, 1
     else:
-        R, U = 1 if fmt in ONE_ROW[kind] else 2, 2 if kind == "gu" else 3
+        R, U = 1 if int8 or fmt in ONE_ROW[kind] else 2, 2 if kind == "gu" else 3
     G, L = K // 32, 8
     while L < 32 and L * U < G:
         L *= 2
@@ -48,13 +55,39 @@ def decode_config(fmt: int, K: int, kind: str) -> tuple[int, int, int]:
 
 
 def decode_instances() -> tuple[str, ...]:
-    """Every moe_gu / moe_down template instance decode_config can ask for (CI's compile set)."""
+    """Every moe_gu / moe_down (and int8 moe_gu8 / moe_down8) template instance decode_config can ask for
+    (CI's compile set)."""
     names = []
     for f in range(10):
         for kind in ("gu", "down"):
             _, R, U = decode_config(f, 2048, kind)
             names.append(f"moe_{kind}<{f},{R},{U}>")
+            if f in Q8_FMTS:
+                _, R, U = decode_config(f, 2048, kind, int8=True)
+                names.append(f"moe_{kind}8<{f},{R},{U}>")
     return tuple(names)
+
+
+def q8_experts(ops, gate_exps, up_exps, down_exps) -> bool:
+    """The experts on the int8 path: BW24_MOE_Q8 asked for it (ops.moe_q8), the backend's activations are
+    on that path now (not use_int8_activations(False), not inside exact_activations: the gate's exact half
+    keeps the fp32 kernels), and moe_gu8 / moe_down8 have the formats (gate and up of one)."""
+    return (ops.moe_q8 and ops.quantizes_activations and ops.qmv_configs.force_path != "f32"
+            and gate_exps.fmt == up_exps.fmt and all(w.fmt in Q8_FMTS for w in (gate_exps, up_exps, down_exps)))
+
+
+def xq8_bytes(K: int) -> int:
+    """moe.cu xq8_bytes: one warp's staged int8 row in moe_down8 (K codes, K/32 int2 slots, padded to 16)."""
+    return (K + 8 * (K // 32) + 15) // 16 * 16
+
+
+def down8_plan(K: int, k: int) -> tuple[int, int, int]:
+    """(warps per block, rows per block RB, shared bytes) of moe_down8 (a staged row is ~K bytes: always fits
+    for the row lengths a weight has, K < 16384)."""
+    L, R, _ = decode_config(Q8_FMTS[0], K, "down", int8=True)
+    rb = 32 // L * R
+    nw = min(k, MAX_WARPS)
+    return nw, rb, nw * xq8_bytes(K) + 4 * k * rb
 
 
 def xs_floats(K: int) -> int:
@@ -95,6 +128,12 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     if residual is not None:
         assert residual.shape == out.shape and residual.flags.c_contiguous
     S = T * n_used
+    int8 = T <= PREFILL_T and q8_experts(ops, gate_exps, up_exps, down_exps)
+    # x's quantization first: the router's launch would void the mark of a fused rmsnorm_reg's
+    if int8:
+        from . import q8  # (here: q8 imports kernels, which imports this module's decode_instances)
+
+        xq, xs = q8.quantize(ops, x)
     rl = ops._buf("moe_rl", T * X).reshape(T, X)
     sel, wts = ops._buf("moe_sel", S, np.int32), ops._buf("moe_w", S)
     g, u = ops._buf("moe_g", S * F).reshape(S, F), ops._buf("moe_u", S * F).reshape(S, F)
@@ -111,6 +150,9 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         _combine(ops, d, wts, n_used, res, out)
         return
     # decode / verify: g [S, F] = act(gate x) * up x; out = residual + sum_j w_j down g_j
+    if int8:
+        _int8_experts(ops, gate_exps, up_exps, down_exps, sel, wts, n_used, xq, xs, act, g, res, out)
+        return
     if gate_exps.fmt == up_exps.fmt and gu_smem(E) <= SMEM_MAX:
         L, R, U = decode_config(gate_exps.fmt, E, "gu")
         ops._launch(ops._k("moe.cu", f"moe_gu<{gate_exps.fmt},{R},{U}>"),
@@ -131,6 +173,22 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     else:
         _mv(ops, down_exps, sel, n_used, g, 1, E, d)
         _combine(ops, d, wts, n_used, res, out)
+
+
+def _int8_experts(ops, gate_exps, up_exps, down_exps, sel, wts, n_used: int, xq, xs, act: str, g, res, out) -> None:
+    """moe_gu8 (x's codes xq / xs [T, E]) into g [S, F], then moe_down8 (+ combine, + residual) into out."""
+    T, E = out.shape
+    F = g.shape[1]
+    L, R, U = decode_config(gate_exps.fmt, E, "gu", int8=True)
+    ops._launch(ops._k("moe.cu", f"moe_gu8<{gate_exps.fmt},{R},{U}>"), (math.ceil(F / (32 // L * R)), T),
+                32 * min(n_used, MAX_WARPS),
+                (*gate_exps.args(), *up_exps.args(), sel, np.int32(n_used), xq, xs, np.int32(E), np.int32(F),
+                 np.int32(L), np.int32(ACTIVATIONS.index(act)), g))
+    nw, rb, smem = down8_plan(F, n_used)
+    L, R, U = decode_config(down_exps.fmt, F, "down", int8=True)
+    ops._launch(ops._k("moe.cu", f"moe_down8<{down_exps.fmt},{R},{U}>"), (math.ceil(E / rb), T), 32 * nw,
+                (*down_exps.args(), sel, wts, np.int32(n_used), g, np.int32(F), np.int32(E), np.int32(L), res, out),
+                shared_mem=smem)
 
 
 def _mv(ops, w, sel, n_used: int, xin, per_slot: int, n: int, dst) -> None:

@@ -63,6 +63,33 @@ def matmul_q8_ref(wdense: np.ndarray, x: np.ndarray, bias=None, residual=None, s
     return y.astype(np.float32)
 
 
+def moe_q8_ref(x, router, gate, up, down, *, n_used: int, norm_weights: bool, act: str, residual=None, h=None):
+    """The experts on the int8 path (moe.cu moe_gu8 / moe_down8) from dense float weights (router [X, E],
+    gate / up [X, F, E], down [X, E, F]): routed as ref.moe, then per slot j of token t
+    g_j = act(gate_e . dq(x_t)) * (up_e . dq(x_t)) (float64 dots, stored as float32), and
+    out_t = residual_t + sum_j w_j * (down_e . dq(h_j)) in j order, float32 products and adds, where dq is
+    dequantize_x_ref and h = g, or a given h (a kernel's own g, held to this g on its own: a g one ulp off
+    may land across a rounding boundary of its quantization). Returns (g [T * n_used, F], out [T, E])."""
+    from ..ref import _act, _mm, route
+
+    x = np.asarray(x, np.float32)
+    T, F = x.shape[0], gate.shape[1]
+    xd = dequantize_x_ref(x)
+    routes = route(_mm(router, x), n_used, norm_weights)
+    g = np.empty((T * n_used, F), np.float32)
+    for t, (sel, _) in enumerate(routes):
+        for j, e in enumerate(sel):
+            a, b = gate[e].astype(np.float64) @ xd[t], up[e].astype(np.float64) @ xd[t]
+            g[t * n_used + j] = (_act(a.astype(np.float32)[None], act)[0] * b.astype(np.float32)).astype(np.float32)
+    hd = dequantize_x_ref(g if h is None else h)
+    y = np.zeros((T, down.shape[1]), np.float32) if residual is None else np.array(residual, np.float32)
+    for t, (sel, wts) in enumerate(routes):
+        for j, (e, w) in enumerate(zip(sel, wts, strict=True)):
+            d = (down[e].astype(np.float64) @ hd[t * n_used + j]).astype(np.float32)
+            y[t] = (y[t] + (np.float32(w) * d).astype(np.float32)).astype(np.float32)
+    return g, y
+
+
 QMV8_NT_EXACT = 8  # kernels/qmatvec_q8.cu: T up to this launches with NT == T (no per-token guard)
 
 

@@ -68,10 +68,11 @@ class Emu:
         self.scratch: dict[str, np.ndarray] = {}
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
-    def _buf(self, key, n, dtype=np.float32):
+    def _buf(self, key, n, dtype=np.float32, *, zeroed=False):
         a = self.scratch.get(key)
         if a is None or a.size < n:
-            a = self.scratch[key] = np.full(max(n, 1), np.nan if dtype == np.float32 else -1, dtype)
+            fill = 0 if zeroed else np.nan if dtype == np.float32 else -1
+            a = self.scratch[key] = np.full(max(n, 1), fill, dtype)
         return a[:n]
 
     def matmul(self, w, x, *, out):
@@ -196,10 +197,12 @@ class Emu:
 
     def moe_gu8(self, tp, grid, block, args, smem):
         F, R, U = tp
-        gw, _, _, _, uw, _, _, _, sel, k, xq, xs, K, N, L, act, out = args
+        gw, _, _, _, uw, _, _, _, sel, k, xq, xs, K, N, L, act, out, tickets, hq, hs = args
         assert gw.fmt == uw.fmt == F and F in M.Q8_FMTS and (L, R, U) == M.decode_config(F, K, "gu", int8=True)
         nw, rb = self._geometry(grid, block, L, R, k)
-        assert smem == 0 and grid[0] * rb >= N
+        # every block's rows in one 32-row group, whose blocks report to the (zeroed) ticket [t, group]
+        assert smem == 0 and grid[0] * rb == N and N % 32 == 0 and 32 % rb == 0
+        assert tickets.size >= grid[1] * N // 32 and not tickets[: grid[1] * N // 32].any()
         xx, out2 = self._dq(xq, xs, grid[1], K), out.reshape(-1, N)
         for t in range(grid[1]):
             for bx in range(grid[0]):
@@ -211,16 +214,16 @@ class Emu:
                     b = self._lane_sums(uw.w, rows, xx[t], K, L)
                     for i in np.nonzero(n < N)[0]:
                         out2[slot, n[i]] = glu_out(a[i], b[i], act)
+        # each group's last block: quant_group32 of every slot's 32 values (quantize_x's bits)
+        self.quantize_x(None, None, None, (out, grid[1] * k, N, hq, hs), 0)
 
     def moe_down8(self, tp, grid, block, args, smem):
         F, R, U = tp
-        dw, _, _, _, sel, wts, k, h, K, N, L, res, out = args
+        dw, _, _, _, sel, wts, k, hq, hs, K, N, L, res, out = args
         assert dw.fmt == F and F in M.Q8_FMTS and (L, R, U) == M.decode_config(F, K, "down", int8=True)
         nw, rb = self._geometry(grid, block, L, R, k)
-        assert smem == nw * M.xq8_bytes(K) + 4 * k * rb <= M.SMEM_MAX and grid[0] * rb >= N
-        q, d, _ = quantize_x_ref(h.reshape(-1, K)[: grid[1] * k])  # each warp's staging of its slot's row
-        hh = (q.reshape(-1, K // 32, 32).astype(f32) * d[..., None]).reshape(-1, K)
-        self._down_blocks(grid, rb, k, N, K, L, dw, sel, wts, hh, res, out)
+        assert smem == 4 * k * rb and grid[0] * rb >= N
+        self._down_blocks(grid, rb, k, N, K, L, dw, sel, wts, self._dq(hq, hs, grid[1] * k, K), res, out)
 
     def moe_mv(self, tp, grid, block, args, smem):
         w, _, _, _, sel, k, x, per_slot, K, N, out = args
@@ -358,16 +361,6 @@ def test_int8_experts_need_the_int8_state():
     x = rng.standard_normal((3, 256)).astype(f32)
     run_emu(emu, tis, x, 2)
     assert "moe_gu8<7,1,2>" in [n for n, *_ in emu.launches]
-
-
-def test_int8_staging_keeps_every_warp_row_16_byte_aligned():
-    """moe_down8 reads a staged row's codes as int4: each warp's slice (moe.cu xq8_bytes, mirrored by
-    moe.py) must hold K codes + K/32 int2 and be a multiple of 16 bytes (K = 544: 680 -> 688)."""
-    assert "return (K + 8 * (K >> 5) + 15) & ~15;" in MOE_CU
-    for K in range(32, 16384 + 1, 32):
-        b = M.xq8_bytes(K)
-        assert b % 16 == 0 and K + 8 * (K // 32) <= b < K + 8 * (K // 32) + 16
-    assert M.xq8_bytes(544) == 688 and M.xq8_bytes(768) == 960
 
 
 def test_planted_dropped_group_is_caught():

@@ -191,10 +191,11 @@ def kernel_names(cu, fn) -> list[str]:
 
 
 def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = False) -> Case:
-    """BW24_MOE_Q8's experts (moe_gu8 / moe_down8) in two stages against moe_q8_ref: the g rows moe_gu8 left in
-    its scratch against the reference's g, then out against the reference's down projection of the kernel's
-    own g (a g an ulp off may cross a rounding boundary of its quantization), each at the matmul_q8 tolerance;
-    the worse of the two. fused: x is a K >= 2048 rmsnorm's output, whose int8 rows the norm wrote (no
+    """BW24_MOE_Q8's experts (moe_gu8 / moe_down8) in stages against moe_q8_ref: the g rows moe_gu8 left in
+    its scratch against the reference's g (matmul_q8); g's int8 rows, which moe_gu8's last block of each
+    group wrote, against quantize_x_ref of that g, and its tickets all re-armed to 0 (exact); out against the reference's down projection of
+    the kernel's own g (a g an ulp off may cross a rounding boundary of its quantization; matmul_q8). The
+    worst of the three. fused: x is a K >= 2048 rmsnorm's output, whose int8 rows the norm wrote (no
     quantize_x launch, the real forward's path). The call must have taken the int8 kernels."""
     def run(name, ref, cu, rng):
         tag = f"{name}:"
@@ -220,7 +221,15 @@ def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = 
         kw = dict(n_used=k, norm_weights=True, act="silu", residual=r)
         want_g, _ = moe_q8_ref(x, *dense, **kw)
         _, want = moe_q8_ref(x, *dense, **kw, h=g)
-        return max(compare(name, "matmul_q8", g, want_g), compare(name, "matmul_q8", cu.to_host(out), want),
+        gq = cu.to_host(cu._buf("moe_gq", T * k * F, np.int8))
+        gd, gsum = unpack_xs(cu.to_host(cu._buf("moe_gs", T * k * F // 16, np.int32)).reshape(T * k, F // 32, 2))
+        wq, wd, wsum = quantize_x_ref(g)
+        tickets = cu.to_host(cu._scratch["moe_tickets"])  # every group's last block re-armed its ticket
+        codes = compare(name + " h codes, tickets", "exact",
+                        np.concatenate([gq.astype(np.float64), gd.view(np.int32).ravel(), gsum.ravel(), tickets]),
+                        np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel(),
+                                        np.zeros(tickets.size)]))
+        return max(compare(name, "matmul_q8", g, want_g), codes, compare(name, "matmul_q8", cu.to_host(out), want),
                    key=lambda res: (not res.ok, res.rel))
     return run
 

@@ -27,9 +27,11 @@
 //   moe_gu8 / moe_down8 (ops/cuda/moe.py q8_experts: the model's activations on the int8 path, as a dense
 //     model's matvecs): the same mapping and the same Seg, with qdot_q8.cuh's integer group dot against
 //     int8-quantized activations (quant_x.cuh) instead of the fp32 group dot, ~3x fewer instructions per
-//     4-bit weight. moe_gu8 reads x[t]'s codes straight from global memory (L1: every warp of the block
-//     reads the same token; the fused rmsnorm_reg or quantize_x wrote them); moe_down8's warp quantizes
-//     its slot's h row into shared memory with quant_group8x4 (the same bits as a quantize_x launch).
+//     4-bit weight. Both read their activations' codes straight from global memory (L1). moe_gu8's x[t]
+//     codes come from the fused rmsnorm_reg or quantize_x; its h rows it quantizes itself: the last of the
+//     blocks of a 32-row group to finish (common.cuh last_arrival) quantizes that group of every slot
+//     (quant_group32: quantize_x's bits), once, not once per moe_down8 block (the per-warp staging this
+//     replaced cost moe_down8 more than its int8 dots saved: 560 vs 402 us a token at 355ecbd).
 //   moe_mv (fallback: gate/up of different formats, or x too long for shared memory): one warp per
 //     output row, lanes walk the 32-column groups (decode_group), warp-sum at the end.
 //   moe_combine (prefill and the fallback): one thread per (token, column).
@@ -157,22 +159,17 @@ struct XsF32 {
     __device__ __forceinline__ float dot(const GRaw<FMT>& r, const V& v) const { return group_dot<FMT>(r, v.xr, v.sx); }
 };
 
-// int8 x of one token or slot (quant_x.cuh: codes xq [K], per group (scale bits, half sums) xs [K/32]), in
-// global memory (SMEM false: the read-only path, L1-cached) or staged in shared memory.
-template <int FMT, bool SMEM>
+// int8 x of one token or slot (quant_x.cuh: codes xq [K], per group (scale bits, half sums) xs [K/32]) in
+// global memory, read through L1 (written by an earlier launch: the read-only path is safe).
+template <int FMT>
 struct XsQ8 {
     const i8* xq;
     const int2* xs;
     using V = XQ;
     __device__ __forceinline__ void load(int g, V& v) const {
         const int4* p = reinterpret_cast<const int4*>(xq + 32 * g);
-        int4 a, b;
-        int2 m;
-        if constexpr (SMEM) {
-            a = p[0]; b = p[1]; m = xs[g];
-        } else {
-            a = __ldg(p); b = __ldg(p + 1); m = __ldg(xs + g);
-        }
+        const int4 a = __ldg(p), b = __ldg(p + 1);
+        const int2 m = __ldg(xs + g);
         v.v[0] = a.x; v.v[1] = a.y; v.v[2] = a.z; v.v[3] = a.w;
         v.v[4] = b.x; v.v[5] = b.y; v.v[6] = b.z; v.v[7] = b.w;
         set_xscale(m, v);
@@ -284,28 +281,38 @@ moe_gu(const void* __restrict__ ga, const void* __restrict__ gb, const void* __r
     }
 }
 
-// moe_gu on the int8 path: xq / xs are x's quantization [T, K] / [T, K/32] (no staging, no shared memory).
+// moe_gu on the int8 path: xq / xs are x's quantization [T, K] / [T, K/32] (no staging, no shared memory);
+// out [T*k, N] as moe_gu's, and its int8 rows into hq [T*k, N] / hs [T*k, N/32] for moe_down8. N % 32 == 0 and
+// the block's (32 / L) * R rows divide 32 (ops/cuda/moe.py), so a block's rows lie in one 32-row group,
+// whose 32 / RB blocks report to tickets[t, group] (zero before the launch; the last re-arms it).
 template <int FMT, int R, int U>
 __global__ void __launch_bounds__(MOE_MAX_WARPS * 32, MOE8_MIN_BLOCKS)
 moe_gu8(const void* __restrict__ ga, const void* __restrict__ gb, const void* __restrict__ gc,
         const void* __restrict__ gd, const void* __restrict__ ua, const void* __restrict__ ub,
         const void* __restrict__ uc, const void* __restrict__ ud, const int* __restrict__ sel, int k,
-        const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int N, int L, int act,
-        float* __restrict__ out) {
+        const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int N, int L, int act, float* out,
+        int* __restrict__ tickets, i8* __restrict__ hq, int2* __restrict__ hs) {
     PDL_OPEN();
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, nw = blockDim.x >> 5;
-    const int seg = lane / L, j = lane % L;
-    const int n0 = blockIdx.x * (32 / L) * R + seg * R;
+    const int seg = lane / L, j = lane % L, RB = (32 / L) * R;
+    const int n0 = blockIdx.x * RB + seg * R;
     const Planes A{ga, gb, gc, gd}, B{ua, ub, uc, ud};
-    const XsQ8<FMT, false> x{xq + (i64)t * K, xs + (i64)t * (K >> 5)};
+    const XsQ8<FMT> x{xq + (i64)t * K, xs + (i64)t * (K >> 5)};
     for (int s = tid >> 5; s < k; s += nw) {
         const int slot = t * k + s;
-        Seg<FMT, R, U, true, XsQ8<FMT, false>> sg((i64)sel[slot], n0, N, K);
+        Seg<FMT, R, U, true, XsQ8<FMT>> sg((i64)sel[slot], n0, N, K);
         sg.load(A, B, j, L, K);
         sg.finish(A, B, j, L, K, x);
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (j == r && n0 + r < N) out[(i64)slot * N + n0 + r] = glu_act(sg.a[r], act) * sg.b[r];  // as glu
+    }
+    __shared__ bool last;
+    const int grp = blockIdx.x * RB >> 5;
+    if (!last_arrival(tickets + (i64)t * (N >> 5) + grp, 32 / RB, last)) return;
+    for (int s = tid >> 5; s < k; s += nw) {  // the group's 32 values of each slot: one warp a slot
+        const i64 o = ((i64)t * k + s) * N + 32 * grp;
+        quant_group32(__ldcg(out + o + lane), lane, hq + o, hs + (o >> 5));
     }
 }
 
@@ -358,41 +365,27 @@ moe_down(const void* __restrict__ pa, const void* __restrict__ pb, const void* _
     combine_rows(dsm, wts, k, t, nb, RB, N, residual, out);
 }
 
-// Bytes one warp's staged int8 row of K takes in moe_down8: K codes, then K/32 int2, padded to 16 bytes (the
-// next warp's codes are read as int4).
-__device__ __forceinline__ int xq8_bytes(int K) { return (K + 8 * (K >> 5) + 15) & ~15; }
-
-// moe_down on the int8 path: each warp quantizes its slot's h row into shared memory (quant_group8x4: 8 lanes a
-// group, 4 groups a pass; the bits quantize_x would write), then the int8 group dots. Dynamic smem:
-// nw * xq8_bytes(K) + 4 * k * RB bytes.
+// moe_down on the int8 path: h's int8 rows hq [T*k, K] / hs [T*k, K/32] (moe_gu8 wrote them) read through L1,
+// no staging. Dynamic smem: 4 * k * RB bytes (the slots' down rows, combined as moe_down's).
 template <int FMT, int R, int U>
 __global__ void __launch_bounds__(MOE_MAX_WARPS * 32, MOE8_MIN_BLOCKS)
 moe_down8(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
           const void* __restrict__ pd, const int* __restrict__ sel, const float* __restrict__ wts, int k,
-          const float* __restrict__ h, int K, int N, int L, const float* residual, float* out) {
+          const i8* __restrict__ hq, const int2* __restrict__ hs, int K, int N, int L, const float* residual,
+          float* out) {
     PDL_OPEN();
     extern __shared__ float4 smem4[];
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
     const int RB = (32 / L) * R;
-    i8* wq = reinterpret_cast<i8*>(smem4) + w * xq8_bytes(K);  // this warp's staged codes, then its scales
-    int2* ws = reinterpret_cast<int2*>(wq + K);
-    float* dsm = reinterpret_cast<float*>(reinterpret_cast<i8*>(smem4) + nw * xq8_bytes(K));  // [k, RB]
+    float* dsm = reinterpret_cast<float*>(smem4);  // [k, RB]
     const int seg = lane / L, j = lane % L;
     const int nb = blockIdx.x * RB, n0 = nb + seg * R;
     const Planes P{pa, pb, pc, pd};
-    const XsQ8<FMT, true> x{wq, ws};
     for (int s = w; s < k; s += nw) {
         const int slot = t * k + s;
-        Seg<FMT, R, U, false, XsQ8<FMT, true>> sg((i64)sel[slot], n0, N, K);
-        sg.load(P, P, j, L, K);  // the weight stream overlaps the quantization of h[slot]
-        __syncwarp();            // every lane is done reading the previous slot's staged row
-        const float4* src = reinterpret_cast<const float4*>(h + (i64)slot * K);
-        for (int c = lane; c < ((K >> 2) + 31) / 32 * 32; c += 32) {  // every lane calls (full-mask shuffles)
-            const bool valid = c < (K >> 2);  // whole 8-lane groups: K % 32 == 0
-            quant_group8x4(valid ? src[c] : make_float4(0.f, 0.f, 0.f, 0.f), valid, wq + 4 * c, ws + (c >> 3));
-        }
-        __syncwarp();
-        sg.finish(P, P, j, L, K, x);
+        Seg<FMT, R, U, false, XsQ8<FMT>> sg((i64)sel[slot], n0, N, K);
+        sg.load(P, P, j, L, K);
+        sg.finish(P, P, j, L, K, XsQ8<FMT>{hq + (i64)slot * K, hs + (i64)slot * (K >> 5)});
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (j == r) dsm[s * RB + seg * R + r] = sg.a[r];

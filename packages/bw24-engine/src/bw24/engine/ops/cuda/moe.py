@@ -7,8 +7,9 @@ is captured as one graph like the dense models. Prefill (T > 16) replaces the ex
 per-expert GEMMs after one host read of the routing (moe_prefill.py), then moe_combine.
 
 On the int8 path (q8_experts: BW24_MOE_Q8=1 puts the whole model's activations there, as a dense model's),
-moe_gu8 reads x's quantization (left by the fused rmsnorm_reg, else one quantize_x) and moe_down8 quantizes
-each slot's h row itself: the same 4 launches, integer group dots (kernels/qdot_q8.cuh).
+moe_gu8 reads x's quantization (left by the fused rmsnorm_reg, else one quantize_x) and leaves h's (the last
+block of each 32-row group quantizes it, re-arming a ticket), moe_down8 reads that: the same 4 launches,
+integer group dots (kernels/qdot_q8.cuh).
 
 Fallbacks (same results within the matmul tolerance, slower): gate and up of different formats run as
 two moe_mv + glu; a row too long for the shared-memory staging (4 * ~K bytes > 48 KiB) runs moe_mv.
@@ -76,18 +77,6 @@ def q8_experts(ops, gate_exps, up_exps, down_exps) -> bool:
             and gate_exps.fmt == up_exps.fmt and all(w.fmt in Q8_FMTS for w in (gate_exps, up_exps, down_exps)))
 
 
-def xq8_bytes(K: int) -> int:
-    """moe.cu xq8_bytes: one warp's staged int8 row in moe_down8 (K codes, K/32 int2 slots, padded to 16)."""
-    return (K + 8 * (K // 32) + 15) // 16 * 16
-
-
-def down8_plan(K: int, k: int) -> tuple[int, int, int]:
-    """(warps per block, rows per block RB, shared bytes) of moe_down8 (a staged row is ~K bytes: always fits
-    for the row lengths a weight has, K < 16384)."""
-    L, R, _ = decode_config(Q8_FMTS[0], K, "down", int8=True)
-    rb = 32 // L * R
-    nw = min(k, MAX_WARPS)
-    return nw, rb, nw * xq8_bytes(K) + 4 * k * rb
 
 
 def xs_floats(K: int) -> int:
@@ -176,19 +165,24 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
 
 
 def _int8_experts(ops, gate_exps, up_exps, down_exps, sel, wts, n_used: int, xq, xs, act: str, g, res, out) -> None:
-    """moe_gu8 (x's codes xq / xs [T, E]) into g [S, F], then moe_down8 (+ combine, + residual) into out."""
+    """moe_gu8 (x's codes xq / xs [T, E]) into g [S, F] and g's codes, then moe_down8 (+ combine, + residual)
+    into out. The tickets ([T, F/32], zeroed once, re-armed by the kernel) are sized for 16 rows, so that a
+    verify step captured later finds them allocated."""
     T, E = out.shape
-    F = g.shape[1]
+    S, F = g.shape
+    gq, gs = ops._buf("moe_gq", S * F, np.int8), ops._buf("moe_gs", S * F // 16, np.int32)
+    tickets = ops._buf("moe_tickets", max(T, PREFILL_T) * (F // 32), np.int32, zeroed=True)
     L, R, U = decode_config(gate_exps.fmt, E, "gu", int8=True)
-    ops._launch(ops._k("moe.cu", f"moe_gu8<{gate_exps.fmt},{R},{U}>"), (math.ceil(F / (32 // L * R)), T),
+    assert F % 32 == 0 and 32 % (32 // L * R) == 0  # a block's rows in one 32-row group (moe_gu8's tickets)
+    ops._launch(ops._k("moe.cu", f"moe_gu8<{gate_exps.fmt},{R},{U}>"), (F // (32 // L * R), T),
                 32 * min(n_used, MAX_WARPS),
                 (*gate_exps.args(), *up_exps.args(), sel, np.int32(n_used), xq, xs, np.int32(E), np.int32(F),
-                 np.int32(L), np.int32(ACTIVATIONS.index(act)), g))
-    nw, rb, smem = down8_plan(F, n_used)
+                 np.int32(L), np.int32(ACTIVATIONS.index(act)), g, tickets, gq, gs))
     L, R, U = decode_config(down_exps.fmt, F, "down", int8=True)
+    rb, nw = 32 // L * R, min(n_used, MAX_WARPS)
     ops._launch(ops._k("moe.cu", f"moe_down8<{down_exps.fmt},{R},{U}>"), (math.ceil(E / rb), T), 32 * nw,
-                (*down_exps.args(), sel, wts, np.int32(n_used), g, np.int32(F), np.int32(E), np.int32(L), res, out),
-                shared_mem=smem)
+                (*down_exps.args(), sel, wts, np.int32(n_used), gq, gs, np.int32(F), np.int32(E), np.int32(L), res,
+                 out), shared_mem=4 * n_used * rb)
 
 
 def _mv(ops, w, sel, n_used: int, xin, per_slot: int, n: int, dst) -> None:

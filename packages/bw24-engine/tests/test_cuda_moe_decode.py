@@ -141,18 +141,22 @@ class Emu:
         nw, rb = self._geometry(grid, block, L, R, k)
         assert 4 * M.xs_floats(K) <= smem <= M.SMEM_MAX
         assert grid[0] * rb >= N
-        out2, xx = out.reshape(-1, N), x.reshape(-1, K)
+        self._gu_blocks(grid, rb, k, N, K, L, gw, uw, sel, x.reshape(-1, K), act, out)
+
+    def _gu_blocks(self, grid, rb, k, N, K, L, gw, uw, sel, xx, act, out):
+        """moe_gu / moe_gu8's blocks: RB rows (segment seg's rows n0 + r = bx*RB + seg*R + r) of every slot's
+        gate and up, then the glu expression."""
+        out2 = out.reshape(-1, N)
         for t in range(grid[1]):
             for bx in range(grid[0]):
-                n = bx * rb + np.arange(rb)  # segment seg's rows n0 + r = bx*RB + seg*R + r
-                for w in range(nw):
-                    for s in range(w, k, nw):
-                        slot = t * k + s
-                        rows = int(sel[slot]) * N + np.minimum(n, N - 1)
-                        a = self._lane_sums(gw.w, rows, xx[t], K, L)
-                        b = self._lane_sums(uw.w, rows, xx[t], K, L)
-                        for i in np.nonzero(n < N)[0]:
-                            out2[slot, n[i]] = glu_out(a[i], b[i], act)
+                n = bx * rb + np.arange(rb)
+                for s in range(k):
+                    slot = t * k + s
+                    rows = int(sel[slot]) * N + np.minimum(n, N - 1)
+                    a = self._lane_sums(gw.w, rows, xx[t], K, L)
+                    b = self._lane_sums(uw.w, rows, xx[t], K, L)
+                    for i in np.nonzero(n < N)[0]:
+                        out2[slot, n[i]] = glu_out(a[i], b[i], act)
 
     def moe_down(self, tp, grid, block, args, smem):
         F, R, U = tp
@@ -203,17 +207,7 @@ class Emu:
         # every block's rows in one 32-row group, whose blocks report to the (zeroed) ticket [t, group]
         assert smem == 0 and grid[0] * rb == N and N % 32 == 0 and 32 % rb == 0
         assert tickets.size >= grid[1] * N // 32 and not tickets[: grid[1] * N // 32].any()
-        xx, out2 = self._dq(xq, xs, grid[1], K), out.reshape(-1, N)
-        for t in range(grid[1]):
-            for bx in range(grid[0]):
-                n = bx * rb + np.arange(rb)
-                for s in range(k):
-                    slot = t * k + s
-                    rows = int(sel[slot]) * N + np.minimum(n, N - 1)
-                    a = self._lane_sums(gw.w, rows, xx[t], K, L)
-                    b = self._lane_sums(uw.w, rows, xx[t], K, L)
-                    for i in np.nonzero(n < N)[0]:
-                        out2[slot, n[i]] = glu_out(a[i], b[i], act)
+        self._gu_blocks(grid, rb, k, N, K, L, gw, uw, sel, self._dq(xq, xs, grid[1], K), act, out)
         # each group's last block: quant_group32 of every slot's 32 values (quantize_x's bits)
         self.quantize_x(None, None, None, (out, grid[1] * k, N, hq, hs), 0)
 

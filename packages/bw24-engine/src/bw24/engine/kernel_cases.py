@@ -330,11 +330,8 @@ def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int |
     def run(name, ref, cu, rng):
         e = E or (256 if kq else 160)
         f = F or (256 if kq else 96)  # K-quants need K % 256 == 0 for the down projection's input
-        tag = f"{name}:"  # the ops cache weights by (name, data address): addresses recur across cases
-        router = _weight(Q.F32, X, e, rng, tag + "router")
-        ge = FakeTensor(tag + "gate_exps", random_raw(qt, X * f, e, rng), qt, (X, f, e))
-        ue = FakeTensor(tag + "up_exps", random_raw(up_qt, X * f, e, rng), up_qt, (X, f, e))
-        de = FakeTensor(tag + "down_exps", random_raw(down_qt, X * e, f, rng), down_qt, (X, e, f))
+        # (names tagged: the ops cache weights by (name, data address), and addresses recur across cases)
+        router, ge, ue, de = moe_weights(f"{name}:", rng, X, e, f, qt, down_qt, up_qt)
         x = rng.standard_normal((T, e)).astype(np.float32)
         r = rng.standard_normal((T, e)).astype(np.float32) if residual else None
         want = np.empty((T, e), np.float32)
@@ -348,6 +345,15 @@ def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int |
     return run
 
 
+def moe_weights(tag: str, rng, X: int, E: int, F: int, qt, down_qt, up_qt=None) -> list[FakeTensor]:
+    """A MoE layer's random weights: the F32 router [X, E], stacked gate / up [X, F, E] and down [X, E, F]."""
+    up_qt = up_qt or qt
+    return [_weight(Q.F32, X, E, rng, tag + "router"),
+            FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
+            FakeTensor(tag + "up_exps", random_raw(up_qt, X * F, E, rng), up_qt, (X, F, E)),
+            FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
+
+
 def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: bool = False) -> Case:
     """Speculative verify (T tokens in one call) gives bit-identical rows to T decode calls (T = 1): the
     MoE layer's batch_rows_exact contract (routing, experts and combine per token, fixed order). q8: with
@@ -357,12 +363,7 @@ def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: boo
             return body(name, ref, cu, rng)
 
     def body(name, ref, cu, rng):
-        tag = f"{name}:"
-        ws = [_weight(Q.F32, X, E, rng, tag + "router"),
-              FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
-              FakeTensor(tag + "up_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
-              FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
-        w = [cu.load_weight(t) for t in ws]
+        w = [cu.load_weight(t) for t in moe_weights(f"{name}:", rng, X, E, F, qt, down_qt)]
         x = rng.standard_normal((T, E)).astype(np.float32)
         r = rng.standard_normal((T, E)).astype(np.float32)
         many = _dev(cu, r)

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-from .kernel_cases import Case, _dev, _weight, split_products
-from .kernel_check import FakeTensor, compare, setting
+from .kernel_cases import Case, _dev, _weight, moe_weights, split_products
+from .kernel_check import compare, setting
 from .ops.cuda.q8 import matmul_q8_ref, moe_q8_ref, quantize_x_ref, unpack_xs
-from .ops.cuda.repack import random_raw
 
 Q8_FORMATS = (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_K)
 KQ = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
@@ -193,16 +192,12 @@ def kernel_names(cu, fn) -> list[str]:
 def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = False) -> Case:
     """BW24_MOE_Q8's experts (moe_gu8 / moe_down8) in stages against moe_q8_ref: the g rows moe_gu8 left in
     its scratch against the reference's g (matmul_q8); g's int8 rows, which moe_gu8's last block of each
-    group wrote, against quantize_x_ref of that g, and its tickets all re-armed to 0 (exact); out against the reference's down projection of
-    the kernel's own g (a g an ulp off may cross a rounding boundary of its quantization; matmul_q8). The
-    worst of the three. fused: x is a K >= 2048 rmsnorm's output, whose int8 rows the norm wrote (no
+    group wrote, against quantize_x_ref of that g, and its tickets all re-armed to 0 (exact); out against
+    the reference's down projection of the kernel's own g (a g an ulp off may cross a rounding boundary of
+    its quantization; matmul_q8). The worst of the three. fused: x is a K >= 2048 rmsnorm's output, whose int8 rows the norm wrote (no
     quantize_x launch, the real forward's path). The call must have taken the int8 kernels."""
     def run(name, ref, cu, rng):
-        tag = f"{name}:"
-        tis = [_weight(Q.F32, X, E, rng, tag + "router"),
-               FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
-               FakeTensor(tag + "up_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
-               FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
+        tis = moe_weights(f"{name}:", rng, X, E, F, qt, down_qt)
         r = rng.standard_normal((T, E)).astype(np.float32)
         ws, out = [cu.load_weight(t) for t in tis], _dev(cu, r)
         xd = _dev(cu, _x(rng, T, E))

@@ -28,6 +28,25 @@ def test_run_gen_gate_text_speed(capsys):
     assert s and 1 <= int(s.group(1)) <= 16
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_run_gen_sensitivity_reaches_the_gate(capsys, monkeypatch, how):
+    """--sensitivity (or BW24_GATE_SENSITIVITY=1, for the GPU host's `with` stages) asks verify_prefill for
+    the KV-rounding probe; without either it does not."""
+    from bw24.engine.engine import Engine
+
+    asked = []
+    orig = Engine.verify_prefill
+    monkeypatch.setattr(Engine, "verify_prefill",
+                        lambda self, ids, sensitivity=False: (asked.append(sensitivity), orig(self, ids))[1])
+    if how == "env":
+        monkeypatch.setenv("BW24_GATE_SENSITIVITY", "1")
+    assert main(["run-gen", "smollm2-135m", *Q, "-n", "2", *(["--sensitivity"] if how == "flag" else [])]) == 0
+    monkeypatch.delenv("BW24_GATE_SENSITIVITY", raising=False)
+    assert main(["run-gen", "smollm2-135m", *Q, "-n", "2"]) == 0
+    assert asked == [True, False]
+    capsys.readouterr()
+
+
 def test_run_gen_canary_perturbed_decode_prints_mismatch(capsys, monkeypatch):
     """A decode-only bug (attention scale 5% off when T == 1) must void the run. (A uniform rope
     position shift would not do: RoPE scores depend only on position differences.)"""

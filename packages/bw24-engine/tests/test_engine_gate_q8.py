@@ -85,6 +85,23 @@ def test_half_cache_backend_gates_on_a_float32_cache_and_reports_its_drift(tiny)
     assert r.ok and "float16-KV nmse" in r.line() and r.line().endswith("MATCH")
 
 
+def test_sensitivity_probe_reports_the_caches_rounding_alone_without_moving_the_bound(tmp_path, helpers):
+    """verify_prefill(sensitivity=True) on a float16-cache backend within its bound: the cache's rounding alone
+    is measured and printed with the decode drift as a multiple of it, the bound stays Q8_GATE_NMSE."""
+    from bw24.engine import engine
+
+    path = helpers.write_tiny_gguf(tmp_path / "t.gguf", "qwen3", n_layer=2)
+    ops = HalfCacheRef()
+    eng = Engine(helpers.build_model(path, ops=ops), None, None, path, ops)
+    plain = eng.verify_prefill(list(range(3, 40)))
+    r = eng.verify_prefill(list(range(3, 40)), sensitivity=True)
+    assert plain.kv_alone is None and "sensitivity" not in plain.line()
+    assert r.kv_alone is not None and r.kv_alone > 0 and r.rounded[1].bound == engine.Q8_GATE_NMSE
+    ratio = r.rounded[1].nmse / r.kv_alone
+    assert f"sensitivity: the KV rounding alone nmse={r.kv_alone:.2g}, decode drift {ratio:.3g}x it" in r.line()
+    assert r.ok and r.line().endswith("MATCH") and "x 2" not in r.line()
+
+
 def test_half_cache_gate_leaves_the_models_cache_in_place(tmp_path, helpers):
     path = helpers.write_tiny_gguf(tmp_path / "t.gguf", "qwen3", n_layer=2)
     ops = HalfCacheRef()

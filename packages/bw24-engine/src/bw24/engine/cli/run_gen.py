@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import EmptyPromptError, InvalidSamplingParamsError
@@ -29,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--n-ctx", type=int, default=None, help="context length (default: min(train, 4096))")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
+    p.add_argument("--sensitivity", action="store_true", default=os.environ.get("BW24_GATE_SENSITIVITY") == "1",
+                   help="also report what a float16 cache's rounding alone does to this model (exact kernels), "
+                        "and the decode drift as a multiple of it (default: BW24_GATE_SENSITIVITY=1)")
     # speculative decoding (spec/): the drafter options of run-spec, one K (adaptive from it)
     from ..spec.options import add_drafter_args, add_k_arg
 
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         ids = eng.tokenizer.encode(args.prompt, add_special=True)
 
-    gate = eng.verify_prefill(ids)
+    gate = eng.verify_prefill(ids, sensitivity=args.sensitivity)
     print(gate.line(), flush=True)
     if not gate.ok:
         print(f"{PROG}: prefill and decode logits disagree (tolerance {gate.tolerance:g}); no text generated",

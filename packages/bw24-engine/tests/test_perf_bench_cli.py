@@ -38,6 +38,27 @@ def test_cpu_run_appends_rows_and_table(tmp_path, cache, capsys):
     assert "| qwen3-tiny-q8_0-tg4@d8 |" in capsys.readouterr().out
 
 
+def test_a_run_cut_short_keeps_the_rows_of_the_cells_it_measured(tmp_path, cache, monkeypatch, capsys):
+    """Each cell's row is appended when it is measured: a run that dies in its second cell (a lost GPU host at
+    355ecbd took a measured 30B-A3B row with it) leaves the first cell's row in the file."""
+    from bw24.engine.perf import runner
+
+    calls = []
+    orig = runner.CellBench.warmup
+
+    def warmup(self):
+        calls.append(self)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("the host went away")
+        return orig(self)
+
+    monkeypatch.setattr(runner.CellBench, "warmup", warmup)
+    with pytest.raises(KeyboardInterrupt):
+        bench(tmp_path, cache)
+    assert [r["cell"] for r in read_rows(tmp_path / "perf.jsonl")] == ["qwen3-tiny-q8_0-tg4@d8"]
+    capsys.readouterr()
+
+
 def test_cpu_run_against_a_faster_baseline_fails(tmp_path, cache, capsys):
     seeded = [{"device": device_name("cpu"), "cell": "qwen3-tiny-q8_0-tg4@d8", "mode": "decode",
                "decode_tok_s": 1e9}] * 5

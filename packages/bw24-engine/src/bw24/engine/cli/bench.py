@@ -93,12 +93,13 @@ def _bench(args) -> int:
                        llama=theirs or None, llama_info=llama.info if llama else None)
         rows.append(row)
         print(_fmt(row), flush=True)
+        if not args.no_record:  # each cell's row as soon as it is measured: a run cut short keeps them
+            append_rows(args.perf_file, [row])
         del bench
-    verdicts = check_rows(history, rows)
+    verdicts = check_rows(history, rows)  # against the history before this run (no row is its own baseline)
     for v in verdicts:
         print(f"perf-ci {v.status.upper():<4} {v.message}")
     if not args.no_record:
-        append_rows(args.perf_file, rows)
         print(f"bench: appended {len(rows)} row(s) to {args.perf_file}")
     status = worst(verdicts)
     print(f"perf-ci: {status.upper()}")

@@ -138,7 +138,7 @@ class Emu:
         F, R, U = tp
         gw, _, _, _, uw, _, _, _, sel, k, x, K, N, L, act, out = args
         assert gw.fmt == uw.fmt == F and (L, R, U) == M.decode_config(F, K, "gu")
-        nw, rb = self._geometry(grid, block, L, R, k)
+        _, rb = self._geometry(grid, block, L, R, k)
         assert 4 * M.xs_floats(K) <= smem <= M.SMEM_MAX
         assert grid[0] * rb >= N
         self._gu_blocks(grid, rb, k, N, K, L, gw, uw, sel, x.reshape(-1, K), act, out)
@@ -203,7 +203,7 @@ class Emu:
         F, R, U = tp
         gw, _, _, _, uw, _, _, _, sel, k, xq, xs, K, N, L, act, out, tickets, hq, hs = args
         assert gw.fmt == uw.fmt == F and F in M.Q8_FMTS and (L, R, U) == M.decode_config(F, K, "gu", int8=True)
-        nw, rb = self._geometry(grid, block, L, R, k)
+        _, rb = self._geometry(grid, block, L, R, k)
         # every block's rows in one 32-row group, whose blocks report to the (zeroed) ticket [t, group]
         assert smem == 0 and grid[0] * rb == N and N % 32 == 0 and 32 % rb == 0
         assert tickets.size >= grid[1] * N // 32 and not tickets[: grid[1] * N // 32].any()

@@ -194,8 +194,9 @@ def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = 
     its scratch against the reference's g (matmul_q8); g's int8 rows, which moe_gu8's last block of each
     group wrote, against quantize_x_ref of that g, and its tickets all re-armed to 0 (exact); out against
     the reference's down projection of the kernel's own g (a g an ulp off may cross a rounding boundary of
-    its quantization; matmul_q8). The worst of the three. fused: x is a K >= 2048 rmsnorm's output, whose int8 rows the norm wrote (no
-    quantize_x launch, the real forward's path). The call must have taken the int8 kernels."""
+    its quantization; matmul_q8). The worst of the three. fused: x is a K >= 2048 rmsnorm's output, whose
+    int8 rows the norm wrote (no quantize_x launch, the real forward's path). The call must have taken the
+    int8 kernels."""
     def run(name, ref, cu, rng):
         tis = moe_weights(f"{name}:", rng, X, E, F, qt, down_qt)
         r = rng.standard_normal((T, E)).astype(np.float32)

@@ -160,20 +160,15 @@ struct XsF32 {
 };
 
 // int8 x of one token or slot (quant_x.cuh: codes xq [K], per group (scale bits, half sums) xs [K/32]) in
-// global memory, read through L1 (written by an earlier launch: the read-only path is safe).
+// global memory, read through L1 by qdot_q8.cuh's load_xq (written by an earlier launch: the read-only path
+// is safe).
 template <int FMT>
 struct XsQ8 {
     const i8* xq;
     const int2* xs;
+    int K;
     using V = XQ;
-    __device__ __forceinline__ void load(int g, V& v) const {
-        const int4* p = reinterpret_cast<const int4*>(xq + 32 * g);
-        const int4 a = __ldg(p), b = __ldg(p + 1);
-        const int2 m = __ldg(xs + g);
-        v.v[0] = a.x; v.v[1] = a.y; v.v[2] = a.z; v.v[3] = a.w;
-        v.v[4] = b.x; v.v[5] = b.y; v.v[6] = b.z; v.v[7] = b.w;
-        set_xscale(m, v);
-    }
+    __device__ __forceinline__ void load(int g, V& v) const { load_xq(xq, xs, 0, K, g, v); }
     __device__ __forceinline__ float dot(const GRaw<FMT>& r, const V& v) const { return group_dot_q8<FMT>(r, v); }
 };
 
@@ -297,7 +292,7 @@ moe_gu8(const void* __restrict__ ga, const void* __restrict__ gb, const void* __
     const int seg = lane / L, j = lane % L, RB = (32 / L) * R;
     const int n0 = blockIdx.x * RB + seg * R;
     const Planes A{ga, gb, gc, gd}, B{ua, ub, uc, ud};
-    const XsQ8<FMT> x{xq + (i64)t * K, xs + (i64)t * (K >> 5)};
+    const XsQ8<FMT> x{xq + (i64)t * K, xs + (i64)t * (K >> 5), K};
     for (int s = tid >> 5; s < k; s += nw) {
         const int slot = t * k + s;
         Seg<FMT, R, U, true, XsQ8<FMT>> sg((i64)sel[slot], n0, N, K);
@@ -385,7 +380,7 @@ moe_down8(const void* __restrict__ pa, const void* __restrict__ pb, const void* 
         const int slot = t * k + s;
         Seg<FMT, R, U, false, XsQ8<FMT>> sg((i64)sel[slot], n0, N, K);
         sg.load(P, P, j, L, K);
-        sg.finish(P, P, j, L, K, XsQ8<FMT>{hq + (i64)slot * K, hs + (i64)slot * (K >> 5)});
+        sg.finish(P, P, j, L, K, XsQ8<FMT>{hq + (i64)slot * K, hs + (i64)slot * (K >> 5), K});
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (j == r) dsm[s * RB + seg * R + r] = sg.a[r];

@@ -28,16 +28,12 @@ struct XQ {  // one group of one token's quantized activations
     int s0, s1;
 };
 
-// A group's (scale bits, s0 | s1 << 16) slot into x.d, x.s0, x.s1 (x.v untouched).
-__device__ __forceinline__ void set_xscale(int2 m, XQ& x) {
+// Token t's scale and half-group sums of group g (x.d, x.s0, x.s1; x.v untouched).
+__device__ __forceinline__ void load_xscale(const int2* __restrict__ xs, int t, int G, int g, XQ& x) {
+    const int2 m = __ldg(xs + (i64)t * G + g);
     x.d = __int_as_float(m.x);
     x.s0 = (int)(short)(m.y & 0xFFFF);
     x.s1 = m.y >> 16;
-}
-
-// Token t's scale and half-group sums of group g.
-__device__ __forceinline__ void load_xscale(const int2* __restrict__ xs, int t, int G, int g, XQ& x) {
-    set_xscale(__ldg(xs + (i64)t * G + g), x);
 }
 
 __device__ __forceinline__ void load_xq(const i8* __restrict__ xq, const int2* __restrict__ xs, int t, int K,

@@ -77,8 +77,6 @@ def q8_experts(ops, gate_exps, up_exps, down_exps) -> bool:
             and gate_exps.fmt == up_exps.fmt and all(w.fmt in Q8_FMTS for w in (gate_exps, up_exps, down_exps)))
 
 
-
-
 def xs_floats(K: int) -> int:
     """moe.cu xs_floats: one staged vector = K values + K/32 group sums padded to a float4."""
     return K + ((K // 32 + 3) & ~3)

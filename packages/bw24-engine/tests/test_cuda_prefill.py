@@ -506,18 +506,21 @@ def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
 
 def test_ubatch_env_sets_the_prefill_chunk(monkeypatch):
     """BW24_UBATCH: a bad value is a clear error naming the variable; a good one is the tokens a forward
-    takes when Engine.load is not told (cuda's default 512, the reference's 128), recorded in perf rows."""
+    takes when Engine.load is not told (cuda's default 2048 since 8128fa9's cells, the reference's 128), recorded in
+    perf rows when it differs from the default."""
     from bw24.engine.ops.base import Ops
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert (CudaOps.default_max_batch, CudaOps.logit_rows, Ops.default_max_batch, Ops.logit_rows) == (512, 128, 128, None)
+    assert (CudaOps.default_max_batch, CudaOps.logit_rows, Ops.default_max_batch, Ops.logit_rows) == (2048, 128, 128, None)
     for bad in ("0", "-4", "2k", "99999"):
         monkeypatch.setattr(CudaOps, "ubatch_env", bad)
         with pytest.raises(ValueError, match=f"BW24_UBATCH='{bad}'"):
             CudaOps()
     ops = CudaOps.__new__(CudaOps)
-    ops.ubatch_env = "2048"
-    assert "ubatch_2048" in CudaOps.opt_in(ops)
+    ops.ubatch_env = "512"
+    assert "ubatch_512" in CudaOps.opt_in(ops)
+    ops.ubatch_env = "2048"  # the default, set by name: not a variant of the cell
+    assert not any(o.startswith("ubatch") for o in CudaOps.opt_in(ops))
 
 
 def test_cublas_direct_finds_libcublas_not_lt():
@@ -594,8 +597,8 @@ def test_cuda_ffn_glu_prefill_puts_the_glu_in_the_epilogue(monkeypatch, fused):
 
 def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, monkeypatch):
     """kernel_check --variant planted_xh compiles prefill_gemm.cu with BW24_PLANTED_XH (the one-read
-    conversion's canary); to_half hands the kernel BW24_XH_REGS's choice (its last argument), off by
-    default, and perf rows name it."""
+    conversion's canary); to_half hands the kernel BW24_XH_REGS's choice (its last argument), on by
+    default since 8128fa9's cells, and perf rows name it when turned off."""
     from bw24.engine.ops.cuda import prefill
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
@@ -610,11 +613,12 @@ def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, 
     ops._buf = lambda key, n, dtype=np.float32: np.zeros(n, dtype)
     ops._k = lambda f, n: (f, n)
     ops._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn, grid, block, args))
-    assert not ops.xh_regs and "xh_regs" not in ops.opt_in()  # the default
+    assert ops.xh_regs and "no_xh_regs" not in ops.opt_in()  # the default
     x = np.zeros((40, 4096), np.float32)
     for regs in (False, True):
         ops.xh_regs = regs
         prefill.to_half(ops, x, split=False, q8=True)
     assert [(fn[1], grid, block, int(args[-1])) for fn, grid, block, args in launches] == \
         [("x_to_half", (40,), 1024, 0), ("x_to_half", (40,), 1024, 1)]
-    assert "xh_regs" in ops.opt_in()
+    ops.xh_regs = False
+    assert "no_xh_regs" in ops.opt_in()

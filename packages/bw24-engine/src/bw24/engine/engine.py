@@ -136,7 +136,7 @@ class Engine:
         """Resolve (alias, path, hf:...), map the GGUF, build the tokenizer, load the weights.
         kv_dtype: "f32" | "f16", the KV-cache element (None: the backend's own, cuda f16 / cpu f32).
         max_batch: tokens a forward takes at most, the prefill chunk (None: the backend's
-        default_max_batch: cuda 512 unless BW24_UBATCH says otherwise, the reference 128); never more
+        default_max_batch: cuda 2048 unless BW24_UBATCH says otherwise, the reference 128); never more
         than n_ctx."""
         from bw24.gguf import GGUFFile, ModelConfig, resolve_model
         from bw24.tokenizer import Tokenizer

@@ -194,10 +194,13 @@ class CudaOps(Ops):
     # 8B's dp4a matvecs stream 2.9 TB/s.
     moe_q8 = os.environ.get("BW24_MOE_Q8", "0") == "1"
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
-    # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits. Opt-in
-    # (BW24_XH_REGS=1; perf rows "xh_regs") until measured: at b6232b5 the conversions took 2.8 of the 8B's
-    # 29.8 ms of pp512 kernels (20 us for a 512 x 4096 row block, ~0.6 TB/s), 0.74 of the 0.6B's 5.4 ms.
-    xh_regs = os.environ.get("BW24_XH_REGS", "0") == "1"
+    # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits (kernel-check's
+    # "x_to_half regs == loop" cases). At b6232b5 the conversions took 2.8 of the 8B's 29.8 ms of pp512 kernels
+    # (20 us for a 512 x 4096 row block, ~0.6 TB/s), 0.74 of the 0.6B's 5.4 ms. The default since the H200 run
+    # at 8128fa9 (evidence/perf_h200_8128fa9_xh_regs.log against perf_h200_8128fa9.log, the same session):
+    # the 8B's pp512 17,755 vs 17,359 tok/s, pp4096 14,942 vs 14,690; the 0.6B's 96,660 vs 94,344 and
+    # 67,300 vs 65,840 (+1.7-2.5% on every cell). BW24_XH_REGS=0 turns it off (perf rows: "no_xh_regs").
+    xh_regs = os.environ.get("BW24_XH_REGS", "1") != "0"
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
@@ -214,14 +217,18 @@ class CudaOps(Ops):
     # pp512 spent 8.7 of 33.5 ms of kernels writing its 16 GB of fp16 weights); more chunks cost more host
     # calls. Perf rows record "prefill_scratch_<MiB>m".
     prefill_scratch_env = os.environ.get("BW24_PREFILL_SCRATCH_MB")
-    # Tokens a prefill forward takes (Engine.load's max_batch when not given): 512 as llama.cpp's n_ubatch
-    # and the perf cells until a6dcfe3 (which passed it; run-gen and the server took 128 then). Every
-    # chunk dequantizes every weight to fp16 once (the 8B's pp512: 10.3 of 33.5 ms of kernels at ca80b31)
-    # and pays the host's per-layer calls (the 0.6B's pp512: 19.0 ms wall, 12.9 ms of kernels, a6dcfe3),
-    # so longer prompts gain from longer chunks; BW24_UBATCH=N measures that (perf rows record
-    # "ubatch_N"). The buffers' logits hold logit_rows rows whatever the chunk (models/common.Buffers).
+    # Tokens a prefill forward takes (Engine.load's max_batch when not given). Every chunk dequantizes every
+    # weight to fp16 once (the 8B's pp512: 10.3 of 33.5 ms of kernels at ca80b31) and pays the host's
+    # per-layer calls (the 0.6B's pp512: 19.0 ms wall, 12.9 ms of kernels, a6dcfe3), so longer prompts gain
+    # from longer chunks. 2048 since the H200 run at 8128fa9 (evidence/perf_h200_8128fa9_ubatch_2048.log):
+    # the 8B's pp4096 20,810 vs 9,747 tok/s (2.13x; 1.50x at 512 the same session), the 0.6B's 88,422 vs
+    # 43,682 (2.02x; 1.52x), the d4096 decode cells unchanged (384.1 / 912.5 tok/s), and the peak VRAM of
+    # every cell within llama.cpp's + 10%: the 8B's pp4096 6.63 vs 6.23 GB (+6.4%), d4096 6.47 vs 6.27
+    # (+3.2%), pp512 5.73 vs 5.70; the 0.6B's below llama.cpp's. (512, llama.cpp's n_ubatch, before.)
+    # BW24_UBATCH=N measures another chunk (perf rows record "ubatch_N"). The buffers' logits hold
+    # logit_rows rows whatever the chunk (models/common.Buffers).
     ubatch_env = os.environ.get("BW24_UBATCH")
-    default_max_batch = 512
+    default_max_batch = 2048
     logit_rows = 128
     # A prefill chunk as one CUDA graph per chunk size, captured at the second chunk of that size and
     # replayed at every later one whatever its position (models/common.PrefillGraph). Prefill is host-bound
@@ -256,13 +263,13 @@ class CudaOps(Ops):
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
                                       ("moe_q8", self.moe_q8),
-                                      ("xh_regs", self.xh_regs),
+                                      ("no_xh_regs", not self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),
-                                      (f"ubatch_{self.ubatch_env}", self.ubatch_env),
+                                      (f"ubatch_{self.ubatch_env}", self.ubatch_env not in (None, str(type(self).default_max_batch))),
                                       ("no_prefill_graph", not self.prefill_graphs),
                                       (f"attn_decode_{(self.attn_decode_env or '').replace(':', 'x')}",
                                        self.attn_decode_env)) if on]

@@ -17,7 +17,7 @@ import pytest
 from bw24.engine.kernel_check import FakeTensor, compare
 from bw24.engine.ops.cuda import moe as M
 from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
-from bw24.engine.ops.cuda.q8 import moe_q8_ref, quantize_x_ref, unpack_xs
+from bw24.engine.ops.cuda.q8 import dequantize_x_ref, moe_q8_ref, quantize_x_ref, unpack_xs
 from bw24.engine.ops.cuda.repack import FMT, SUPPORTED, random_raw, reconstruct, repack
 from bw24.engine.ops.ref import RefOps
 from bw24.runtime import has_gpu, no_gpu_reason
@@ -65,6 +65,7 @@ class Emu:
         # CudaOps' activation state as ops/cuda/moe.py q8_experts reads it, and the q8 scratch's ready mark
         self.moe_q8, self.quantizes_activations = moe_q8, True
         self.qmv_configs, self._q8_ready = SimpleNamespace(force_path=None), None
+        self.emulating = False  # CudaOps.emulate_rounding (the gate's rounding alone)
         self.scratch: dict[str, np.ndarray] = {}
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
@@ -88,7 +89,7 @@ class Emu:
         fn(grid, (block,), args, shared_mem=shared_mem)
 
     def _k(self, file, name):
-        assert file == "moe.cu" or (file, name) == ("qmatvec_q8.cu", "quantize_x")
+        assert file == "moe.cu" or (file, name) in (("qmatvec_q8.cu", "quantize_x"), ("qmatvec_q8.cu", "round_x_q8"))
         base, _, targs = name.partition("<")
         tp = tuple(int(v) for v in targs.rstrip(">").split(",")) if targs else ()
 
@@ -191,6 +192,10 @@ class Emu:
         xq[: T * K] = q.ravel()
         packed = np.stack([d.view(np.int32), (sums[..., 0] & 0xFFFF) | (sums[..., 1] << 16)], axis=-1)
         xs[: T * K // 16] = packed.astype(np.int32).ravel()
+
+    def round_x_q8(self, tp, grid, block, args, smem):
+        x, T, K, y = args  # y may alias x
+        y.reshape(-1, K)[:T] = dequantize_x_ref(x.reshape(-1, K)[:T]).astype(f32)
 
     @staticmethod
     def _dq(xq, xs, rows: int, K: int):
@@ -334,6 +339,38 @@ def test_emulated_int8_experts_match_q8_reference(qts, T, X, k, E, F):
     np.testing.assert_array_equal(ones, got)
     fp32 = run_emu(Emu(), tis, x, k, residual=r)  # the same call without BW24_MOE_Q8: the fp32 kernels
     assert not compare("fp32 vs int8", "matmul_q8", fp32, got).ok  # the int8 path really rounds x
+
+
+@pytest.mark.parametrize("qts,T,X,k,E,F", INT8_CASES, ids=lambda v: getattr(v, "name", None))
+def test_gate_emulation_rounds_the_experts_inputs_on_the_fp32_kernels(qts, T, X, k, E, F):
+    """The gate's rounding alone (CudaOps.emulate_rounding) on a BW24_MOE_Q8 model inside exact_activations:
+    the fp32 kernels (never moe_gu8 / moe_down8) on x and h rounded by round_x_q8, so g and the output meet
+    moe_q8_ref, the int8 experts' own reference; without the emulation the same call is the fp32 path."""
+    rng = np.random.default_rng(19)
+    tis = weights(rng, qts, X, E, F)
+    x = rng.standard_normal((T, E)).astype(f32)
+    r = rng.standard_normal((T, E)).astype(f32)
+    emu = Emu(moe_q8=True)
+    emu.qmv_configs.force_path, emu.emulating = "f32", True
+    got = run_emu(emu, tis, x, k, residual=r)
+    g = emu.scratch["moe_g"][: T * k * F].reshape(T * k, F)  # h after its rounding, as moe_down read it
+    want_g, _ = run_q8_ref(tis, x, k, r)
+    res = compare("emulated g", "matmul_q8", g, dequantize_x_ref(want_g))
+    assert res.ok, res.line()
+    res = compare("emulated out", "matmul_q8", got, run_q8_ref(tis, x, k, r, h=want_g)[1])
+    assert res.ok, res.line()
+    fg, fd = FMT[qts[0]], FMT[qts[2]]
+    gu = [f"moe_gu<{fg},{','.join(map(str, M.decode_config(fg, E, 'gu')[1:]))}>"]
+    down = [f"moe_down<{fd},{','.join(map(str, M.decode_config(fd, F, 'down')[1:]))}>"] \
+        if M.down_plan(F, k, fd) is not None else [f"moe_mv<{fd}>", "moe_combine"]
+    assert [n for n, *_ in emu.launches] == ["moe_route", "round_x_q8", *gu, "round_x_q8", *down]
+    plain = Emu(moe_q8=True)
+    plain.qmv_configs.force_path = "f32"  # the exact half itself: nothing rounded
+    assert "round_x_q8" not in [n for n, *_ in (run_emu(plain, tis, x, k, residual=r), plain.launches)[1]]
+    off = Emu()  # BW24_MOE_Q8 off: the backend's experts run fp32, so the emulation rounds nothing there
+    off.qmv_configs.force_path, off.emulating = "f32", True
+    run_emu(off, tis, x, k, residual=r)
+    assert "round_x_q8" not in [n for n, *_ in off.launches]
 
 
 def test_int8_experts_need_the_int8_state():

@@ -238,7 +238,7 @@ class _PlanOps:
 
         self.dev, self.params = helpers.HostDev, helpers.kernel_params  # conftest
         self.verify_rows, self._q8_ready, self.calls, self.args = None, None, [], []
-        self.norm_fuse = True
+        self.norm_fuse, self.emulating = True, False
         self._rope_tabs, self._capturing = {}, False
         self.qmv_configs = SimpleNamespace(plan=plan)
 
@@ -286,7 +286,7 @@ def test_norm_matmul_multi_dispatch(helpers, monkeypatch):
         ("gemm_multi", x, norm)))
 
     def run(T, path, K=1024, n=3, fuse=True):
-        ops = _PlanOps(lambda qt, N, k: (path, 1, 4), helpers)
+        ops = _PlanOps(lambda qt, N, k, gate_force=True: (path, 1, 4), helpers)
         ops.norm_fuse = fuse
         ws = [SimpleNamespace(n=64, k=K, fmt=7, qtype=Q.Q4_K, args=lambda: (0, 0, 0, 0)) for _ in range(n)]
         h, xb, nw = (np.zeros(s, np.float32).view(helpers.HostDev) for s in ((T, K), (T, K), (K,)))
@@ -442,3 +442,57 @@ def test_verify_sweep_f32_combos_and_shapes():
     assert sweep._combos(5, [1, 4, 8], [1, 2]) == [(1, 1), (4, 1), (1, 2), (4, 2)]  # q8: R * T <= 32
     assert all(default_path(q, n, k) == "f32" for q, n, k in sweep.SHAPES_F32)
     assert all(default_path(q, n, k) == "q8" for q, n, k in sweep.SHAPES)
+
+
+def test_gate_emulation_rounds_the_q8_matvecs_inputs_for_the_fp32_kernels():
+    """CudaOps.emulate_rounding (the gate's rounding alone) inside exact_activations: a weight the backend's
+    own forward runs on the q8 path gets its input rounded by round_x_q8 into a scratch copy, which the fp32
+    kernel then reads (no q8 kernel runs); a K < 2048 weight, or the exact half without the emulation, reads
+    x itself. Q/K/V with its norm: the unfused norm, then the rounding, then qmv3 (not qmv3n, which would
+    normalize the unrounded rows). It names what it emulates: an MoE model's head alone ("int8-head")."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.repack import FMT
+
+    launches = []
+    ops = CudaOps.__new__(CudaOps)
+    ops.qmv_configs, ops.quantizes_activations, ops.prefill_precision = QmvConfigs(_table({})), True, "fp16"
+    ops.prefill_graphs, ops.verify_rows, ops.norm_fuse = False, None, True
+    ops._buf = lambda key, n, dtype=np.float32, zeroed=False: np.zeros(n, dtype)
+    ops._k = lambda f, n: n
+    ops._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn.split("<")[0], args))
+    ops.rmsnorm = lambda x, w, eps, out: launches.append(("rmsnorm", (x, out)))
+
+    def weight(q, n, k):
+        return SimpleNamespace(qtype=q, n=n, k=k, fmt=FMT[q], shape=(n, k), args=lambda: (None,) * 4)
+
+    x = np.ones((1, 4096), np.float32)
+    wide, narrow = weight(Q.Q4_K, 4096, 4096), weight(Q.Q4_K, 4096, 1024)
+    with CudaOps.exact_activations(ops):
+        ops.matmul(wide, x, out=np.zeros((1, 4096), np.float32))
+        assert [n for n, _ in launches] == ["qmv"] and launches[0][1][4] is x  # the exact half: x itself
+        launches.clear()
+        with CudaOps.emulate_rounding(ops) as names:
+            assert names == ["int8-activation"]
+            ops.matmul(wide, x, out=np.zeros((1, 4096), np.float32))
+            (r, (xin, *_, y)), (mv, margs) = launches
+            assert (r, mv) == ("round_x_q8", "qmv") and xin is x and margs[4] is y and y is not x
+            launches.clear()
+            ops.matmul(narrow, x[:, :1024].copy(), out=np.zeros((1, 4096), np.float32))
+            assert [n for n, _ in launches] == ["qmv"]  # K < 2048: fp32 in the backend's own forward too
+            launches.clear()
+            qkv = [weight(Q.Q4_K, 4096, 4096), weight(Q.Q4_K, 1024, 4096), weight(Q.Q6_K, 1024, 4096)]
+            outs = [np.zeros((1, w.n), np.float32) for w in qkv]
+            xbuf = np.zeros_like(x)
+            ops.norm_matmul_multi(x, np.ones(4096, np.float32), 1e-6, qkv, x=xbuf, outs=outs)
+            assert [n for n, _ in launches] == ["rmsnorm", "round_x_q8", "qmv3"]
+            assert launches[1][1][0] is xbuf and launches[2][1][0] is launches[1][1][3]
+        assert not ops.emulating
+    CudaOps.use_int8_activations(ops, False)  # a mixture of experts' policy: only its head rounds
+    with CudaOps.exact_activations(ops), CudaOps.emulate_rounding(ops) as names:
+        assert names == ["int8-head"]
+        launches.clear()
+        ops.matmul(wide, x, out=np.zeros((1, 4096), np.float32))
+        ops.matmul(weight(Q.Q6_K, 151936, 4096), x, out=np.zeros((1, 151936), np.float32))
+        assert [n for n, _ in launches] == ["qmv", "round_x_q8", "qmv"]

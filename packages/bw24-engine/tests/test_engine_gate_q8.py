@@ -60,6 +60,46 @@ def test_cuda_policy_rounds_the_wide_and_vocabulary_matmuls():
     assert not cuda_policy(w(Q.Q4_K, 64, 1024), 1024) and not cuda_policy(w(Q.F32, 64, 4096), 4096)
 
 
+def test_int8_drift_over_the_fixed_bound_is_held_to_the_int8_rounding_alone(tiny, monkeypatch):
+    """An int8 drift over Q8_GATE_NMSE (forced here by a tiny fixed bound; the synthetic qwen3-30b-a3b's router
+    does it on the GPU with BW24_MOE_Q8: 0.0092-0.0097 at 355ecbd): the gate runs the exact kernels with their
+    inputs rounded by the reference (emulate_rounding) and holds the rounded forwards to ROUNDING_FACTOR times
+    that. Here the backend's int8 decode is the reference rounding itself, so it equals the rounding alone."""
+    from bw24.engine import engine
+
+    monkeypatch.setattr(engine, "Q8_GATE_NMSE", 1e-15)
+    ops = Int8RefOps(_wide)
+    r = tiny(ops)
+    p, d = r.rounded
+    assert r.alone_by == "int8-activation" and r.alone > 1e-15
+    assert d.nmse == r.alone  # the emulation rounds exactly where and as the backend's decode does
+    assert p.bound == d.bound == engine.ROUNDING_FACTOR * r.alone and p.ok and d.ok
+    assert r.ok and "the rounding alone (int8-activation)" in r.line() and r.line().endswith("MATCH")
+    assert not ops.emulating
+
+
+def test_canary_the_int8_rounding_alone_does_not_excuse_a_dropped_group(tiny, monkeypatch):
+    """The emulation rounds with the reference (dequantize_x_ref), never with the backend's round_x where the
+    canary's bug sits: the dropped group fails against the fixed bound and against the calibrated one alike."""
+    from bw24.engine import engine
+
+    r = tiny(DropLastGroupInDecode(_wide))
+    assert r.alone is not None and r.alone_by == "int8-activation" and r.rounded[1].bound == engine.Q8_GATE_NMSE
+    monkeypatch.setattr(engine, "Q8_GATE_NMSE", 1e-15)
+    r = tiny(DropLastGroupInDecode(_wide))
+    assert r.rounded[1].bound == engine.ROUNDING_FACTOR * r.alone and not r.rounded[1].ok and not r.ok
+    assert r.rounded[1].nmse > 100 * r.rounded[1].bound
+
+
+def test_sensitivity_probe_on_an_int8_backend_reports_its_int8_rounding_alone(tiny, helpers, tmp_path):
+    path = helpers.write_tiny_gguf(tmp_path / "t.gguf", "qwen3", n_layer=2, E=128, F=256, D=32)
+    ops = Int8RefOps(_wide)
+    eng = Engine(helpers.build_model(path, ops=ops), None, None, path, ops)
+    r = eng.verify_prefill(list(range(3, 40)), sensitivity=True)
+    assert r.ok and r.alone_by == "int8-activation" and r.rounded[1].bound == 2e-3
+    assert "sensitivity: the rounding alone (int8-activation) nmse=" in r.line() and "decode drift 1x it" in r.line()
+
+
 # ---- a float16 KV cache (cuda's default): the exact half on a float32 cache, the f16 run as a Drift ----
 
 class HalfCacheRef(RefOps):
@@ -95,10 +135,10 @@ def test_sensitivity_probe_reports_the_caches_rounding_alone_without_moving_the_
     eng = Engine(helpers.build_model(path, ops=ops), None, None, path, ops)
     plain = eng.verify_prefill(list(range(3, 40)))
     r = eng.verify_prefill(list(range(3, 40)), sensitivity=True)
-    assert plain.kv_alone is None and "sensitivity" not in plain.line()
-    assert r.kv_alone is not None and r.kv_alone > 0 and r.rounded[1].bound == engine.Q8_GATE_NMSE
-    ratio = r.rounded[1].nmse / r.kv_alone
-    assert f"sensitivity: the KV rounding alone nmse={r.kv_alone:.2g}, decode drift {ratio:.3g}x it" in r.line()
+    assert plain.alone is None and "sensitivity" not in plain.line()
+    assert r.alone is not None and r.alone > 0 and r.rounded[1].bound == engine.Q8_GATE_NMSE
+    ratio = r.rounded[1].nmse / r.alone
+    assert f"sensitivity: the rounding alone (float16-KV) nmse={r.alone:.2g}, decode drift {ratio:.3g}x it" in r.line()
     assert r.ok and r.line().endswith("MATCH") and "x 2" not in r.line()
 
 
@@ -121,16 +161,16 @@ def test_canary_half_cache_decode_storing_a_wrong_key_fails_the_gate(tiny):
 def test_half_cache_drift_over_the_fixed_bound_is_held_to_the_caches_own_rounding(tiny, monkeypatch):
     """A float16 cache's drift over Q8_GATE_NMSE (forced here by a tiny fixed bound; the synthetic
     qwen3-30b-a3b's router does it on the GPU, 0.003 at a6dcfe3): the gate measures the cache's rounding
-    alone with the exact kernels and holds the rounded forwards to KV_DRIFT_FACTOR times that."""
+    alone with the exact kernels and holds the rounded forwards to ROUNDING_FACTOR times that."""
     from bw24.engine import engine
 
     monkeypatch.setattr(engine, "Q8_GATE_NMSE", 1e-15)
     r = tiny(HalfCacheRef())
     p, d = r.rounded
-    assert r.kv_alone is not None and r.kv_alone > 1e-15  # the rounding alone moves the logits this much
-    assert p.bound == d.bound == engine.KV_DRIFT_FACTOR * r.kv_alone
+    assert r.alone is not None and r.alone > 1e-15  # the rounding alone moves the logits this much
+    assert p.bound == d.bound == engine.ROUNDING_FACTOR * r.alone
     assert min(p.nmse, d.nmse) > 1e-15 and p.ok and d.ok
-    assert r.ok and "the KV rounding alone" in r.line() and r.line().endswith("MATCH")
+    assert r.ok and "the rounding alone (float16-KV)" in r.line() and r.line().endswith("MATCH")
 
 
 def test_canary_the_caches_own_rounding_does_not_excuse_a_wrong_key(tiny, monkeypatch):
@@ -139,10 +179,10 @@ def test_canary_the_caches_own_rounding_does_not_excuse_a_wrong_key(tiny, monkey
     from bw24.engine import engine
 
     r = tiny(HalfCacheBrokenDecode())
-    assert r.kv_alone is not None and r.rounded[1].bound == engine.Q8_GATE_NMSE  # the rounding alone is tiny
+    assert r.alone is not None and r.rounded[1].bound == engine.Q8_GATE_NMSE  # the rounding alone is tiny
     monkeypatch.setattr(engine, "Q8_GATE_NMSE", 1e-15)
     r = tiny(HalfCacheBrokenDecode())
-    assert r.kv_alone is not None and not r.rounded[1].ok and not r.ok
+    assert r.alone is not None and not r.rounded[1].ok and not r.ok
     assert r.rounded[1].nmse > 100 * r.rounded[1].bound
 
 

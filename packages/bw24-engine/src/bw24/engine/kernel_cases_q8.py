@@ -14,7 +14,7 @@ from gguf.constants import GGMLQuantizationType as Q
 
 from .kernel_cases import Case, _dev, _weight, moe_weights, split_products
 from .kernel_check import compare, setting
-from .ops.cuda.q8 import matmul_q8_ref, moe_q8_ref, quantize_x_ref, unpack_xs
+from .ops.cuda.q8 import dequantize_x_ref, matmul_q8_ref, moe_q8_ref, quantize_x_ref, unpack_xs
 
 Q8_FORMATS = (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_K)
 KQ = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
@@ -60,6 +60,24 @@ def quantize_case(T: int, k: int) -> Case:
         got = np.concatenate([cu.to_host(xq).astype(np.float64), dq.view(np.int32).ravel(), ds.ravel()])
         want = np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel()])
         return compare(name, "exact", got, want)
+    return run
+
+
+def round_case(T: int, k: int, in_place: bool) -> Case:
+    """round_x_q8 (the gate's emulation of int8 activations on its exact kernels) gives dequantize_x_ref's
+    values bit for bit: zero groups, .5 ties, an outlier group; into a copy or in place."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda import q8
+
+        x = _x(rng, T, k)
+        x[-1, 0] = 31.75  # d = 0.25 exactly: x / d below are .5 ties (round half to even)
+        x[-1, 1:32] = (rng.integers(-100, 100, 31) + 0.5) * 0.25
+        dx = _dev(cu, x)
+        y = q8.round_x(cu, dx, out=None if in_place else cu.zeros((T, k)))
+        got = cu.to_host(y)
+        if not in_place and not np.array_equal(cu.to_host(dx), x):
+            return compare(name + " (x overwritten)", "exact", cu.to_host(dx), x)
+        return compare(name, "exact", got.astype(np.float64), dequantize_x_ref(x).astype(np.float32).astype(np.float64))
     return run
 
 
@@ -308,6 +326,8 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "moe decode q8 Q5_K/Q5_K/Q4_0 T=3 X=10 k=3 E=768 F=512", moe_case(Q.Q5_K, Q.Q4_0, 3, 10, 3, 768, 512)
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
+    yield "q8 round_x (gate emulation) T=3 K=544", round_case(3, 544, False)
+    yield "q8 round_x (gate emulation) T=1 K=4096 in place", round_case(1, 4096, True)
     for qt in Q8_FORMATS:
         for T, bias, res in ((1, False, False), (1, True, True), (3, False, True), (7, True, False),
                              (9, True, False), (16, True, True)):

@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-ctx", type=int, default=None, help="context length (default: min(train, 4096))")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
     p.add_argument("--sensitivity", action="store_true", default=os.environ.get("BW24_GATE_SENSITIVITY") == "1",
-                   help="also report what a float16 cache's rounding alone does to this model (exact kernels), "
-                        "and the decode drift as a multiple of it (default: BW24_GATE_SENSITIVITY=1)")
+                   help="also report what the backend's rounding alone (int8 activations, a float16 cache) does to "
+                        "this model on the exact kernels, and the decode drift as a multiple of it "
+                        "(default: BW24_GATE_SENSITIVITY=1)")
     # speculative decoding (spec/): the drafter options of run-spec, one K (adaptive from it)
     from ..spec.options import add_drafter_args, add_k_arg
 

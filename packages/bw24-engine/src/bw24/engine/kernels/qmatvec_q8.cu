@@ -48,6 +48,25 @@ extern "C" __global__ void glu_q8(const float* gate, const float* __restrict__ u
     quant_group32(v, lane, xq + 32 * i, xs + i);
 }
 
+// The run-gen gate's emulation of int8 activations on its exact kernels (ops/cuda/backend.py
+// emulate_rounding: "the rounding alone"): y = dx * xq, the value quantize_x's codes stand for, as floats for
+// the fp32 matvecs. Same formula as quant_x.cuh, written out again rather than shared, so that the gate's
+// yardstick does not run the code of the path it measures; kernel_check holds it to q8.dequantize_x_ref
+// exactly. q * dx rounds once in fp32, as the reference's exact float64 product cast to fp32. One warp per
+// (token, group), as quantize_x; y may alias x (each lane reads its column before it writes it).
+extern "C" __global__ void round_x_q8(const float* x, int T, int K, float* y) {
+    PDL_OPEN();
+    const int G = K >> 5, lane = threadIdx.x & 31;
+    const i64 i = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (i >= (i64)T * G) return;
+    const float v = x[32 * i + lane];
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, o));
+    const float d = __fdiv_rn(a, 127.f);
+    y[32 * i + lane] = d > 0.f ? rintf(__fdiv_rn(v, d)) * d : 0.f;
+}
+
 // Token counts up to this one launch with NT == T exactly (no per-token guard; ops/cuda/q8.py q8_nt);
 // larger T run in the 16-token bucket, whose rows t >= T are skipped.
 #define QMV8_NT_EXACT 8

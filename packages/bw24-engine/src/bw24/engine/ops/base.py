@@ -58,6 +58,13 @@ class Ops(ABC):
         """A context in which every op keeps fp32 activations (a no-op where none rounds them)."""
         return nullcontext()
 
+    def emulate_rounding(self) -> AbstractContextManager[list[str]]:
+        """Inside exact_activations, the gate's "rounding alone" (Engine.verify_prefill): the exact kernels'
+        inputs rounded where and as the backend's own forwards round their activations, by the reference
+        arithmetic and none of the rounded path's kernels. Yields the rounded_paths names it emulates
+        (none here: a backend that cannot leaves the gate's yardstick to the KV cache's rounding alone)."""
+        return nullcontext([])
+
     def rounded_paths(self) -> list[str]:
         """What the backend's own forwards round beyond fp32 (outside exact_activations), by name: the gate
         checks those forwards as its rounded half (engine.Drift). The KV cache's element is the engine's."""

@@ -43,6 +43,7 @@ class ExactSwitch:
 class Int8RefOps(ExactSwitch, RefOps):
     name = "cpu-int8"
     quantizes_activations = True
+    emulating = False  # inside emulate_rounding()
 
     def __init__(self, rounds: Callable[[object, int], bool] = cuda_policy) -> None:
         super().__init__()
@@ -52,10 +53,23 @@ class Int8RefOps(ExactSwitch, RefOps):
         """x as the q8 kernels see it (a subclass may plant a bug here: the gate's canary)."""
         return dequantize_x_ref(x).astype(np.float32)
 
+    @contextmanager
+    def emulate_rounding(self):
+        """The gate's rounding alone: inside exact_activations, the same matmuls' inputs rounded by
+        dequantize_x_ref itself (never round_x, where a canary's bug sits), as cuda's round_x_q8 does."""
+        old, self.emulating = self.emulating, True
+        try:
+            yield ["int8-activation"]
+        finally:
+            self.emulating = old
+
     def matmul(self, w, x, *, out, bias=None, residual=None):
-        if not self.exact and x.shape[-1] % 32 == 0 and self.rounds(w, x.shape[-1]):
-            self.rounded += 1
-            x = self.round_x(x)
+        if (not self.exact or self.emulating) and x.shape[-1] % 32 == 0 and self.rounds(w, x.shape[-1]):
+            if self.exact:
+                x = dequantize_x_ref(x).astype(np.float32)
+            else:
+                self.rounded += 1
+                x = self.round_x(x)
         super().matmul(w, x, out=out, bias=bias, residual=residual)
 
 

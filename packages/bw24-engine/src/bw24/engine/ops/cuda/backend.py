@@ -82,6 +82,30 @@ class CudaOps(Ops):
         finally:
             self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = old
 
+    emulating = False  # inside emulate_rounding()
+
+    @contextmanager
+    def emulate_rounding(self):
+        """Inside exact_activations, the gate's "rounding alone" (Engine.verify_prefill): every matvec input
+        that the backend's own forwards round to int8 is rounded so first (q8.round_x: the value its codes
+        stand for, round_x_q8's own arithmetic), then taken by the exact half's fp32 kernels; none of the q8
+        kernels run. Covers the q8 matvecs (their plan without the gate's force) and BW24_MOE_Q8's experts
+        (their input and h: ops/cuda/moe.py). Yields the rounded_paths names it emulates."""
+        old, self.emulating = self.emulating, True
+        try:
+            yield [p for p in self.rounded_paths() if p in ("int8-activation", "int8-head")]
+        finally:
+            self.emulating = old
+
+    def _emulated(self, w, x):
+        """x rounded as the q8 path would (a scratch copy) where emulate_rounding is on and the backend's
+        own forward runs w on the q8 path; else x."""
+        if not self.emulating or self.qmv_configs.plan(w.qtype, w.n, w.k, gate_force=False)[0] != "q8":
+            return x
+        from . import q8
+
+        return q8.round_x(self, x, out=self._buf("round_x", x.size).reshape(x.shape))
+
     def rounded_paths(self) -> list[str]:
         head = ["int8-head"] if self.qmv_configs.f32_body and not self.quantizes_activations else []
         return super().rounded_paths() + head + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
@@ -184,8 +208,9 @@ class CudaOps(Ops):
     # activations the 30B-A3B's Q/K/V and output projections took 772 us of its 3,032 us decode token
     # (BW24_PDL=0 profile at b6232b5: qmv3 11.3 / 9.1 us and qmv 5.9 us a layer for 3-5 MB, ~0.5 TB/s),
     # where the 8B's q8 projections stream 2.3-3.4 TB/s. The fp32 policy came from the gate at a878d46 (int8
-    # activations: decode NMSE 2.4e-3, prefill 9.9e-3 against 2e-3); since then a float16-KV model's bound
-    # is max(2e-3, KV_DRIFT_FACTOR x the cache's rounding alone): 0.0061 for the 30B-A3B (e7b99ea).
+    # activations: decode NMSE 2.4e-3, prefill 9.9e-3 against 2e-3); since then a rounded model's bound is
+    # max(2e-3, ROUNDING_FACTOR x its rounding alone): 0.0061 for the 30B-A3B's float16 cache (e7b99ea), the
+    # int8 activations' own share measured too since emulate_rounding.
     moe_q8_attn = os.environ.get("BW24_MOE_Q8_ATTN", "0") == "1"
     # ... and the experts' decode / verify matvecs too (ops/cuda/moe.py q8_experts; perf rows "moe_q8"): the
     # whole model on int8 activations, as a dense model and as llama.cpp's MoE matvecs (q8_1 activations).
@@ -533,6 +558,7 @@ class CudaOps(Ops):
 
                 q8.matmul(self, w, x, out, W, R, nt, bias, residual, softcap)
                 return
+            x = self._emulated(w, x)  # the gate's rounding alone (emulate_rounding)
             fn = self._k("qmatvec.cu", f"qmv<{w.fmt},{W},{R},{nt}>")
             self._launch(fn, (math.ceil(N / R),), 32 * W,
                          (*w.args(), x, _i32(K), _i32(N), _i32(T), NULL if bias is None else bias,
@@ -540,12 +566,12 @@ class CudaOps(Ops):
             return
         self._gemm(w, x, out, bias, residual, softcap)
 
-    def _multi_plan(self, ws, K: int) -> tuple[bool, int, int]:
+    def _multi_plan(self, ws, K: int, gate_force: bool = True) -> tuple[bool, int, int]:
         """(q8, W, R) of a Q/K/V or gate/up launch: the first weight's config at the stacked shape, on the
         q8 path only when every weight's format has a q8 kernel (else all on the f32 path)."""
         from .launch import Q8_TYPES
 
-        path, W, R = self.qmv_configs.plan(ws[0].qtype, sum(w.n for w in ws), K)
+        path, W, R = self.qmv_configs.plan(ws[0].qtype, sum(w.n for w in ws), K, gate_force)
         return path == "q8" and all(w.qtype.name in Q8_TYPES for w in ws), W, R
 
     def ffn_glu(self, h, norm, eps: float, w_gate, w_up, act, *, x, g, u):
@@ -595,6 +621,11 @@ class CudaOps(Ops):
         if T > QMV_NT[-1] or not 2 <= len(ws) <= 3 or any(w.k != K for w in ws):
             return super().matmul_multi(ws, normed() if norm else x, outs=outs, biases=biases)
         q8, W, R = self._multi_plan(ws, K)
+        if not q8 and self.emulating and self._multi_plan(ws, K, gate_force=False)[0]:
+            from . import q8 as q8mod  # the gate's rounding alone: the normed x rounded, then the fp32 kernel
+
+            x = q8mod.round_x(self, normed() if norm else x, out=self._buf("round_x", x.size).reshape(x.shape))
+            norm = None
         nt, R = self._verify_plan("q8" if q8 else "f32", T, R, ws, K)
         parts = list(zip(ws, outs, biases, strict=True))
         if len(parts) == 2:

@@ -108,11 +108,13 @@ class QmvConfigs:
     def get(self, qtype, n: int, k: int) -> tuple[int, int]:
         return self.plan(qtype, n, k)[1:]
 
-    def plan(self, qtype, n: int, k: int) -> tuple[str, int, int]:
-        """(path, W, R) for this weight; "q8" only for formats the q8 kernels implement."""
+    def plan(self, qtype, n: int, k: int, gate_force: bool = True) -> tuple[str, int, int]:
+        """(path, W, R) for this weight; "q8" only for formats the q8 kernels implement. gate_force=False:
+        the path the backend's own forwards take, whatever force_path (the gate's exact half) says."""
         name = Q(int(qtype)).name
         cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or default_qmv(n, k)
-        forced = (self.force_path or self.overrides.get(name, {}).get("path")  # gate / workbench sweep
+        forced = ((self.force_path if gate_force else None)
+                  or self.overrides.get(name, {}).get("path")  # gate / workbench sweep
                   or ("f32" if self.f32_body and n < Q8_MIN_N else None))
         try:
             w, r = check_config(cfg)

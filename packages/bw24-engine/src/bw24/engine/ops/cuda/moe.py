@@ -69,11 +69,12 @@ def decode_instances() -> tuple[str, ...]:
     return tuple(names)
 
 
-def q8_experts(ops, gate_exps, up_exps, down_exps) -> bool:
+def q8_experts(ops, gate_exps, up_exps, down_exps, gate_force: bool = True) -> bool:
     """The experts on the int8 path: BW24_MOE_Q8 asked for it (ops.moe_q8), the backend's activations are
     on that path now (not use_int8_activations(False), not inside exact_activations: the gate's exact half
-    keeps the fp32 kernels), and moe_gu8 / moe_down8 have the formats (gate and up of one)."""
-    return (ops.moe_q8 and ops.quantizes_activations and ops.qmv_configs.force_path != "f32"
+    keeps the fp32 kernels), and moe_gu8 / moe_down8 have the formats (gate and up of one).
+    gate_force=False: whether the backend's own forwards take it, whatever the gate's exact half forces."""
+    return (ops.moe_q8 and ops.quantizes_activations and (not gate_force or ops.qmv_configs.force_path != "f32")
             and gate_exps.fmt == up_exps.fmt and all(w.fmt in Q8_FMTS for w in (gate_exps, up_exps, down_exps)))
 
 
@@ -116,6 +117,10 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         assert residual.shape == out.shape and residual.flags.c_contiguous
     S = T * n_used
     int8 = T <= PREFILL_T and q8_experts(ops, gate_exps, up_exps, down_exps)
+    # the gate's rounding alone (CudaOps.emulate_rounding): the fp32 kernels on x and h rounded as the int8
+    # experts round them (moe_gu8 reads x's codes, moe_down8 h's); the router reads x unrounded either way
+    emulate = (T <= PREFILL_T and not int8 and ops.emulating
+               and q8_experts(ops, gate_exps, up_exps, down_exps, gate_force=False))
     # x's quantization first: the router's launch would void the mark of a fused rmsnorm_reg's
     if int8:
         from . import q8  # (here: q8 imports kernels, which imports this module's decode_instances)
@@ -140,6 +145,10 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     if int8:
         _int8_experts(ops, gate_exps, up_exps, down_exps, sel, wts, n_used, xq, xs, act, g, res, out)
         return
+    if emulate:
+        from . import q8
+
+        x = q8.round_x(ops, x, out=ops._buf("moe_xe", T * E).reshape(T, E))
     if gate_exps.fmt == up_exps.fmt and gu_smem(E) <= SMEM_MAX:
         L, R, U = decode_config(gate_exps.fmt, E, "gu")
         ops._launch(ops._k("moe.cu", f"moe_gu<{gate_exps.fmt},{R},{U}>"),
@@ -150,6 +159,8 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         _mv(ops, gate_exps, sel, n_used, x, 0, F, g)
         _mv(ops, up_exps, sel, n_used, x, 0, F, u)
         ops.glu(g, u, act, out=g)  # [S, F]
+    if emulate:
+        q8.round_x(ops, g)  # in place: h as moe_down8 reads it
     plan = down_plan(F, n_used, down_exps.fmt)
     if plan is not None:
         nw, rb, smem = plan

@@ -149,6 +149,19 @@ def quantize(ops, x):
     return xq, xs
 
 
+def round_x(ops, x, out=None):
+    """x [T, K] as the q8 kernels see it, dx * xq, into out (x itself if None: in place) with one round_x_q8
+    launch: the gate's emulation of int8 activations on its exact kernels (CudaOps.emulate_rounding)."""
+    rows = x.reshape(-1, x.shape[-1])
+    T, K = rows.shape
+    assert K % 32 == 0 and x.flags.c_contiguous and x.dtype == np.float32, f"round_x: x {x.shape} {x.dtype}"
+    y = x if out is None else out
+    assert y.shape == x.shape and y.flags.c_contiguous
+    ops._launch(ops._k("qmatvec_q8.cu", "round_x_q8"), (math.ceil(T * (K // 32) / QX_WARPS),), 32 * QX_WARPS,
+                (x, np.int32(T), np.int32(K), y))
+    return y
+
+
 def glu_q8(ops, gate, up, act: int, out) -> None:
     """out = act(gate) * up (glu) and out's quantization into the q8 scratch, in one launch."""
     rows = out.reshape(-1, out.shape[-1])

@@ -66,6 +66,7 @@ class Emu:
         self.moe_q8, self.quantizes_activations = moe_q8, True
         self.qmv_configs, self._q8_ready = SimpleNamespace(force_path=None), None
         self.emulating = False  # CudaOps.emulate_rounding (the gate's rounding alone)
+        self.moe_router_fuse = False  # BW24_MOE_ROUTER
         self.scratch: dict[str, np.ndarray] = {}
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
@@ -101,15 +102,38 @@ class Emu:
         return fn
 
     # ---- kernel twins ----------------------------------------------------------------------------
-    def moe_route(self, tp, grid, block, args, smem):
+    def moe_route(self, tp, grid, block, args, smem, first=0):
         logits, X, k, norm, sel, wts = args
-        for t in range(grid[0]):
+        for t in range(first, grid[0]):
             lg = logits.reshape(-1, X)[t].astype(np.float64)
             p = np.exp(lg - lg.max())
             p /= p.sum()
             s = np.argsort(-p, kind="stable")[:k]  # ties: lower index (better_d)
             pw = p[s] / p[s].sum() if norm else p[s]
             sel[t * k:(t + 1) * k], wts[t * k:(t + 1) * k] = s, pw.astype(f32)
+
+    def moe_router(self, tp, grid, block, args, smem):
+        """One warp per router row: lane j's fmaf chain over columns 4j + 128i (float4 order), warp_sum's xor
+        butterfly; the last block of each token (its ticket re-armed) routes it as moe_route does."""
+        w, x, E, X, k, norm, rl, tickets, sel, wts = args
+        W = w.w  # the F32 router's rows, as plane a holds them
+        nw = block // 32
+        assert grid[0] == -(-X // nw)
+        for t in range(grid[1]):
+            xt = x.reshape(-1, E)[t]
+            for row in range(X):
+                lanes = np.zeros(32, f32)
+                for j in range(32):
+                    acc = f32(0)
+                    for c in range(4 * j, E, 128):
+                        for q in range(4):  # fmaf: one rounding of a * b + acc
+                            acc = f32(np.float64(W[row, c + q]) * np.float64(xt[c + q]) + np.float64(acc))
+                    lanes[j] = acc
+                for o in (16, 8, 4, 2, 1):
+                    lanes = (lanes + lanes[np.arange(32) ^ o]).astype(f32)
+                rl.reshape(-1)[t * X + row] = lanes[0]
+            self.moe_route((), (t + 1,), 32, (rl, X, k, norm, sel, wts), 0, first=t)
+            assert tickets[t] == 0  # re-armed by the last block
 
     def _lane_sums(self, W, rows, x, K, L):
         """moe.cu Seg: per row, lane j's fp32 sum over groups j, j + L, ..., then the xor butterfly."""
@@ -371,6 +395,40 @@ def test_gate_emulation_rounds_the_experts_inputs_on_the_fp32_kernels(qts, T, X,
     off.qmv_configs.force_path, off.emulating = "f32", True
     run_emu(off, tis, x, k, residual=r)
     assert "round_x_q8" not in [n for n, *_ in off.launches]
+
+
+@pytest.mark.parametrize("moe_q8", [False, True])
+def test_fused_router_is_one_launch_with_the_reference_routing(moe_q8):
+    """BW24_MOE_ROUTER: the router matvec and moe_route as one moe_router launch (decode / verify rows, an F32
+    router), the same routing and output as the two launches; T rows in one call == T one-row calls; prefill
+    rows (T > 16), or the flag off, keep the two launches."""
+    rng = np.random.default_rng(23)
+    qts, T, X, k, E, F = (Q.Q8_0, Q.Q8_0, Q.Q4_0), 3, 40, 8, 544, 160  # E % 128 != 0: lanes past the row's end
+    tis = weights(rng, qts, X, E, F)
+    x = rng.standard_normal((T, E)).astype(f32)
+    r = rng.standard_normal((T, E)).astype(f32)
+    two = Emu(moe_q8=moe_q8)
+    want = run_emu(two, tis, x, k, residual=r)
+    one = Emu(moe_q8=moe_q8)
+    one.moe_router_fuse = True
+    got = run_emu(one, tis, x, k, residual=r)
+    names = [n for n, *_ in one.launches]
+    assert names[names.index("moe_router") + 1].startswith("moe_gu") and "moe_route" not in names
+    assert one.launches[names.index("moe_router")][1:3] == ((10, T), (128,))
+    np.testing.assert_array_equal(one.scratch["moe_sel"][: T * k], two.scratch["moe_sel"][: T * k])
+    res = compare("fused router", "matmul", got, want)
+    assert res.ok, res.line()
+    rows = []
+    for t in range(T):
+        e = Emu(moe_q8=moe_q8)
+        e.moe_router_fuse = True
+        rows.append(run_emu(e, tis, x[t:t + 1], k, residual=r[t:t + 1]))
+    np.testing.assert_array_equal(np.concatenate(rows), got)
+    wide = weights(rng, (Q.Q4_K, Q.Q4_K, Q.Q4_K), 4, 256, 256)
+    rnd = [FakeW(t) for t in wide]
+    assert not M.fused_router(SimpleNamespace(moe_router_fuse=True), rnd[0], np.zeros((17, 256), f32).view(DevArray))
+    assert not M.fused_router(SimpleNamespace(moe_router_fuse=False), rnd[0], np.zeros((1, 256), f32).view(DevArray))
+    assert M.fused_router(SimpleNamespace(moe_router_fuse=True), rnd[0], np.zeros((1, 256), f32).view(DevArray))
 
 
 def test_int8_experts_need_the_int8_state():

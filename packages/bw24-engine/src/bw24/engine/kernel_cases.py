@@ -354,6 +354,14 @@ def moe_weights(tag: str, rng, X: int, E: int, F: int, qt, down_qt, up_qt=None) 
             FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
 
 
+def opted(case: Case, attr: str, value) -> Case:
+    """case with cu.<attr> = value while it runs: an opt-in path through an existing case."""
+    def run(name, ref, cu, rng):
+        with setting(cu, attr, value):
+            return case(name, ref, cu, rng)
+    return run
+
+
 def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: bool = False) -> Case:
     """Speculative verify (T tokens in one call) gives bit-identical rows to T decode calls (T = 1): the
     MoE layer's batch_rows_exact contract (routing, experts and combine per token, fixed order). q8: with
@@ -462,6 +470,17 @@ def cases() -> Iterator[tuple[str, Case]]:
     for qt, dq in ((Q.Q4_K, Q.Q6_K), (Q.Q4_K, Q.Q4_K)):
         yield f"moe decode q8 decode==verify bitwise {qt.name}/{dq.name} T=9 X=16 k=8 E=2048 F=768", \
             moe_verify_case(qt, dq, 9, 16, 8, 2048, 768, q8=True)
+    # the router matvec and moe_route in one launch (BW24_MOE_ROUTER): the real model's 128 experts, its E, the
+    # int8 experts behind it, verify rows == decode rows (each call re-arms the tickets the next one needs)
+    yield "moe router fused Q4_K/Q4_K/Q6_K T=1 X=128 k=8 E=256 F=256 norm +res", \
+        opted(moe_case(Q.Q4_K, 1, 128, 8, True, True, E=256, F=256, down_qt=Q.Q6_K), "moe_router_fuse", True)
+    yield "moe router fused Q4_K/Q4_K/Q4_K T=5 X=16 k=8 E=2048 F=768 norm +res", \
+        opted(moe_case(Q.Q4_K, 5, 16, 8, True, True, E=2048, F=768), "moe_router_fuse", True)
+    yield "moe router fused Q8_0 T=3 X=10 k=3 E=544 F=160", \
+        opted(moe_case(Q.Q8_0, 3, 10, 3, False, False, E=544, F=160), "moe_router_fuse", True)
+    for q8 in (False, True):
+        yield f"moe router fused{' q8' if q8 else ''} decode==verify bitwise Q4_K/Q6_K T=9 X=16 k=8 E=2048 F=768", \
+            opted(moe_verify_case(Q.Q4_K, Q.Q6_K, 9, 16, 8, 2048, 768, q8=q8), "moe_router_fuse", True)
     yield "advance pos += 3", advance_case()
     from .kernel_cases_prefill import cases as prefill_cases  # T > 16: fp16 GEMM, flash attention
 

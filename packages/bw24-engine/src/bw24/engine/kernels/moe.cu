@@ -52,16 +52,14 @@ __device__ __forceinline__ void better_d(double& v, int& i, double v2, int i2) {
     if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
 }
 
-// logits [T, X] -> sel int32 [T, k], wts float32 [T, k]. X <= 1024 (a 32-bit mask per lane).
-// p is computed once per expert (the same expression, so the same double, as recomputing it per round).
-// Finite logits give the same sel / wts as the per-round shuffle argmax this replaced.
-extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, int k, int norm,
-                                     int* __restrict__ sel, float* __restrict__ wts) {
-    PDL_OPEN();
-    const int t = blockIdx.x, lane = threadIdx.x;
-    const float* l = logits + (i64)t * X;
+// One token's routing: logits l [X] -> sel int32 [k], wts float32 [k], by one warp (lane = its lane). X <= 1024
+// (a 32-bit mask per lane). p is computed once per expert (the same expression, so the same double, as
+// recomputing it per round). Finite logits give the same sel / wts as the per-round shuffle argmax this replaced.
+// The logits are read through L2 (__ldcg): moe_router's last block reads what its other blocks just wrote.
+__device__ __forceinline__ void route_token(const float* l, int X, int k, int norm, int* __restrict__ sel,
+                                            float* __restrict__ wts, int lane) {
     double m = -INFINITY;
-    for (int x = lane; x < X; x += 32) m = fmax(m, (double)l[x]);
+    for (int x = lane; x < X; x += 32) m = fmax(m, (double)__ldcg(l + x));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(FULL_MASK, m, o));
     double p[32];  // p[j]: expert lane + 32 j
@@ -71,7 +69,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, in
         p[j] = 0.0;
         if (32 * j >= X) break;  // warp-uniform: X/32 rounds, not 32
         if (lane + 32 * j < X) {
-            p[j] = exp((double)l[lane + 32 * j] - m);
+            p[j] = exp((double)__ldcg(l + lane + 32 * j) - m);
             s += p[j];
         }
     }
@@ -104,10 +102,51 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, in
         if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
         pw[r] = bv;
         total += bv;
-        if (lane == 0) sel[(i64)t * k + r] = bi;
+        if (lane == 0) sel[r] = bi;
     }
     if (lane == 0)
-        for (int r = 0; r < k; ++r) wts[(i64)t * k + r] = (float)(norm ? pw[r] / total : pw[r]);
+        for (int r = 0; r < k; ++r) wts[r] = (float)(norm ? pw[r] / total : pw[r]);
+}
+
+// logits [T, X] -> sel int32 [T, k], wts float32 [T, k]: one warp per token (route_token).
+extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, int k, int norm,
+                                     int* __restrict__ sel, float* __restrict__ wts) {
+    PDL_OPEN();
+    const int t = blockIdx.x;
+    route_token(logits + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, threadIdx.x);
+}
+
+// The router matvec and moe_route in one launch (ops/cuda/moe.py, BW24_MOE_ROUTER=1): an F32 router [X, E]
+// (E % 4 == 0), grid (ceil(X / warps), T), one warp per row: lane j sums columns 4j + 128i (float4 loads,
+// fmaf in column order), then warp_sum's butterfly; the logits go to rl [T, X] (the buffer moe_route reads).
+// The last block of token t to finish (common.cuh last_arrival on tickets[t], re-armed) routes it with its
+// first warp (route_token): one launch a layer fewer, and the logits' round trip through a second kernel.
+// A row's sum depends on E only, never on T: verify rows equal decode rows.
+extern "C" __global__ void moe_router(const float* __restrict__ w, const float* __restrict__ x, int E, int X,
+                                      int k, int norm, float* rl, int* tickets, int* __restrict__ sel,
+                                      float* __restrict__ wts) {
+    PDL_OPEN();
+    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (row < X) {
+        const float* wr = w + (i64)row * E;
+        const float* xt = x + (i64)t * E;
+        float acc = 0.f;
+#pragma unroll 8
+        for (int c = 4 * lane; c < E; c += 128) {
+            const float4 a = __ldg(reinterpret_cast<const float4*>(wr + c));
+            const float4 b = *reinterpret_cast<const float4*>(xt + c);
+            acc = fmaf(a.x, b.x, acc);
+            acc = fmaf(a.y, b.y, acc);
+            acc = fmaf(a.z, b.z, acc);
+            acc = fmaf(a.w, b.w, acc);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) rl[(i64)t * X + row] = acc;
+    }
+    __shared__ bool last;
+    if (!last_arrival(tickets + t, (int)gridDim.x, last)) return;
+    if (warp == 0) route_token(rl + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, lane);
 }
 
 // ---- x staged in shared memory (moe_gu, moe_down) ------------------------------------------------

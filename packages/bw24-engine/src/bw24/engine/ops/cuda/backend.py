@@ -218,6 +218,11 @@ class CudaOps(Ops):
     # instruction-bound (577 + 402 us of the 30B-A3B's 3,032 us a token for ~1 GB: ~1.1 TB/s), where the
     # 8B's dp4a matvecs stream 2.9 TB/s.
     moe_q8 = os.environ.get("BW24_MOE_Q8", "0") == "1"
+    # A mixture of experts' router matvec (F32, 128 x 2048 on the 30B-A3B) and its top-k (moe_route) in one
+    # launch, moe_router (ops/cuda/moe.py fused_router; perf rows "moe_router"). Opt-in until measured: at
+    # 8128fa9 (BW24_MOE_Q8=1, BW24_PDL=0 profile) the router's qmv took 3.8 us and moe_route 4.9 us a layer,
+    # 415 of the 30B-A3B's 2,415 us a token.
+    moe_router_fuse = os.environ.get("BW24_MOE_ROUTER", "0") == "1"
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
     # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits (kernel-check's
     # "x_to_half regs == loop" cases). At b6232b5 the conversions took 2.8 of the 8B's 29.8 ms of pp512 kernels
@@ -287,7 +292,7 @@ class CudaOps(Ops):
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
-                                      ("moe_q8", self.moe_q8),
+                                      ("moe_q8", self.moe_q8), ("moe_router", self.moe_router_fuse),
                                       ("no_xh_regs", not self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),

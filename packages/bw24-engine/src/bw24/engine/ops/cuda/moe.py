@@ -78,6 +78,16 @@ def q8_experts(ops, gate_exps, up_exps, down_exps, gate_force: bool = True) -> b
             and gate_exps.fmt == up_exps.fmt and all(w.fmt in Q8_FMTS for w in (gate_exps, up_exps, down_exps)))
 
 
+ROUTER_WARPS = 4  # moe_router: router rows (one a warp) per block
+
+
+def fused_router(ops, router, x) -> bool:
+    """moe_router (the router matvec and moe_route in one launch) for this call: BW24_MOE_ROUTER=1
+    (ops.moe_router_fuse), decode / verify rows, an F32 router, and float4 rows (E % 4 == 0, x 16-byte aligned)."""
+    T, E = x.shape
+    return bool(ops.moe_router_fuse and T <= PREFILL_T and router.fmt == 0 and E % 4 == 0 and x.data.ptr % 16 == 0)
+
+
 def xs_floats(K: int) -> int:
     """moe.cu xs_floats: one staged vector = K values + K/32 group sums padded to a float4."""
     return K + ((K // 32 + 3) & ~3)
@@ -132,9 +142,15 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     d = ops._buf("moe_d", S * E).reshape(S, E)
     res = residual if residual is not None else np.uintp(0)
 
-    ops.matmul(router, x, out=rl)  # [T, X]
-    ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,
-                (rl, np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), sel, wts))
+    if fused_router(ops, router, x):  # one launch; its tickets [16] zeroed once, re-armed by the kernel
+        tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
+        ops._launch(ops._k("moe.cu", "moe_router"), (math.ceil(X / ROUTER_WARPS), T), 32 * ROUTER_WARPS,
+                    (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)),
+                     rl, tickets, sel, wts))
+    else:
+        ops.matmul(router, x, out=rl)  # [T, X]
+        ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,
+                    (rl, np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), sel, wts))
     if T > PREFILL_T:  # prefill: slots grouped by expert, fp16 cuBLAS GEMMs (ops/cuda/moe_prefill.py)
         from .moe_prefill import expert_ffn
 

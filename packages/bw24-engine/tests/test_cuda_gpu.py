@@ -48,6 +48,12 @@ def _green_then_red(seed: int, only: str, variant: str, red_only: str, n_red: in
     assert sum(s.endswith("FAIL") for s in bad) == n_red, "\n".join(bad)
 
 
+def test_moe_grouped_cases_green_and_planted_bug_red():
+    """BW24_MOE_GROUPED's cases (the prefill FFN as grouped GEMMs on the device's routing) are green; the planted
+    off-by-one (moe_mm never reads its last 32-column group) turns all four red."""
+    _green_then_red(37, "moe grouped", "planted_bug", "moe grouped", 4)
+
+
 def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():
     """The fp32-path verify launches (rows a block from launch.f32_verify_rows): decode==verify bitwise,
     green; a planted bug in verify launches only (T > 1 drops the last group) turns every one red."""

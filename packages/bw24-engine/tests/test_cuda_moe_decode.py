@@ -570,3 +570,115 @@ def test_gpu_moe_cases_green_and_planted_bug_red():
     bad8: list[str] = []  # the int8 kernels share Seg's group loop: the dropped group turns them red too
     assert main(seed=21, variant="planted_bug", only="moe decode q8 Q4_K", out=bad8.append) == 1, "\n".join(bad8)
     assert sum(line.startswith("moe decode q8") and line.endswith(" FAIL") for line in bad8) >= 3, "\n".join(bad8)
+
+
+# ---- BW24_MOE_GROUPED: the prefill FFN as grouped GEMMs on the device's routing (moe_mm.cu) ------------------
+
+SOURCES["moe_mm.cu"] = (KERNEL_DIR / "moe_mm.cu").read_text()
+SOURCES["prefill_gemm.cu"] = (KERNEL_DIR / "prefill_gemm.cu").read_text()
+
+
+class GroupedEmu:
+    """Executes grouped_ffn's launches with NumPy twins of moe_group, x_to_half and moe_mm (fp16 rows and
+    weights, products in float64 then float32); a host read of the device (a sync) fails the test."""
+
+    def __init__(self):
+        self.scratch: dict[str, np.ndarray] = {}
+        self.launches: list[tuple[str, tuple, int]] = []
+        self.xh_regs = True
+
+    def _buf(self, key, n, dtype=np.float32, *, zeroed=False):
+        a = self.scratch.get(key)
+        if a is None or a.size < n:
+            a = self.scratch[key] = np.full(max(n, 1), np.nan if dtype == np.float32 else -7, dtype)
+        return a[:n]
+
+    def to_host(self, a):
+        raise AssertionError("grouped_ffn read the device on the host")
+
+    def _launch(self, fn, grid, block, args, shared_mem=0):
+        fn(tuple(grid), block, args)
+
+    def _k(self, file, name):
+        base, _, targs = name.partition("<")
+        tp = tuple(v for v in targs.rstrip(">").split(",")) if targs else ()
+
+        def fn(grid, block, args):
+            self.launches.append((name, grid, block))
+            assert len(args) == n_params(base, file), f"{name}: {len(args)} args"
+            getattr(self, base)(tp, grid, args)
+        return fn
+
+    def moe_group(self, tp, grid, args):
+        sel, S, X, off, perm, te, tr, nt = args
+        s = np.asarray(sel).reshape(-1)[:S]
+        cnt = np.bincount(s, minlength=X)
+        off[: X + 1] = np.concatenate([[0], np.cumsum(cnt)])
+        perm[:S] = np.argsort(s, kind="stable")
+        tiles = [(e, j * 64) for e in range(X) for j in range(-(-cnt[e] // 64))]
+        assert len(tiles) <= te.size  # the grid bound holds
+        nt[0] = len(tiles)
+        te[: len(tiles)], tr[: len(tiles)] = [t[0] for t in tiles], [t[1] for t in tiles]
+
+    def x_to_half(self, tp, grid, args):
+        x, K, xh, xl, sx, q8, nw, eps, regs = args
+        rows = np.asarray(x, np.float32).reshape(-1, K)[: grid[0]]
+        m = np.abs(rows).max(axis=1)
+        e = np.where(m > 0, np.floor(np.log2(np.maximum(m, 1e-38))), 0).astype(int) - 14
+        sx[: len(rows)] = np.ldexp(1.0, e).astype(f32)
+        xh[: rows.size] = (rows * np.ldexp(1.0, -e)[:, None]).astype(np.float16).ravel()
+
+    def moe_mm(self, tp, grid, args):
+        fmt, glu = int(tp[0]), tp[1] == "true"
+        pw, pu = args[0], args[4]
+        assert pw.fmt == fmt and pu.fmt == fmt  # the instance decodes the weights' own format
+        N, K, xh, sx, rdiv, perm, off, te, tr, nt, act, out = args[8:]
+        assert grid[0] == -(-N // 64) and grid[1] >= nt[0]
+        ws = [np.asarray(w.w, np.float16).astype(np.float64).reshape(-1, N, K) for w in ((pw, pu) if glu else (pw,))]
+        A = np.asarray(xh).reshape(-1, K).astype(np.float64)
+        for i in range(int(nt[0])):
+            e, r0 = int(te[i]), int(tr[i])
+            slots = perm[off[e] + r0: min(off[e + 1], off[e] + r0 + 64)]
+            src = slots // rdiv
+            ys = [(A[src] @ w[e].T).astype(f32) * sx[src][:, None] for w in ws]
+            y = glu_out(ys[0], ys[1], act) if glu else ys[0]
+            out.reshape(-1, N)[slots] = y
+
+
+@pytest.mark.parametrize("qts,T,X,k,E,F", [((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, 16, 4, 256, 256),
+                                          ((Q.Q8_0, Q.Q8_0, Q.Q4_0), 150, 6, 3, 544, 160)],
+                         ids=lambda v: getattr(v, "name", None))
+def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X, k, E, F):
+    """grouped_ffn: moe_group, x_to_half, moe_mm<gate, GLU>, x_to_half of h, moe_mm<down> (argument lists checked
+    against the kernels' signatures, grids against the tiles), no host read of the routing; its d rows, summed by
+    the reference's combine, meet ref.moe at the fp16 GEMM tolerance."""
+    from bw24.engine.kernel_check import TOL
+    from bw24.engine.ops.cuda import moe_prefill as MP
+
+    rng = np.random.default_rng(29)
+    router, *tis = weights(rng, qts, X, E, F)
+    x = rng.standard_normal((T, E)).astype(f32)
+    ref = RefOps()
+    logits = x @ ref.load_weight(router.ti if hasattr(router, "ti") else router).data.T
+    from bw24.engine.ops.ref import route
+
+    routes = route(logits, k, True)
+    sel = np.concatenate([s for s, _ in routes]).astype(np.int32)
+    emu = GroupedEmu()
+    d = np.full((T * k, E), np.nan, f32)
+    gw, uw, dw = (FakeW(t) for t in tis)
+    MP.grouped_ffn(emu, x, sel, gw, uw, dw, k, "silu", d)
+    assert [n for n, *_ in emu.launches] == ["moe_group", "x_to_half", f"moe_mm<{gw.fmt},true>", "x_to_half",
+                                             f"moe_mm<{dw.fmt},false>"]
+    got = np.zeros((T, E), f32)
+    for t, (_, w) in enumerate(routes):
+        for j in range(k):
+            got[t] += f32(w[j]) * d[t * k + j]
+    want = np.empty((T, E), f32)
+    ref.moe(x, ref.load_weight(router), *(ref.load_weight(t) for t in tis), n_used=k, norm_weights=True, act="silu",
+            out=want)
+    res = compare("grouped", "gemm16", got, want)
+    assert res.ok and res.rel > TOL["matmul"] / 100, res.line()  # within fp16's class, and really rounded
+    assert MP.grouped(SimpleNamespace(moe_grouped=True, prefill_precision="fp16"), gw, uw, E, F)
+    assert not MP.grouped(SimpleNamespace(moe_grouped=True, prefill_precision="split"), gw, uw, E, F)
+    assert not MP.grouped(SimpleNamespace(moe_grouped=False, prefill_precision="fp16"), gw, uw, E, F)

@@ -47,6 +47,23 @@ def test_run_gen_sensitivity_reaches_the_gate(capsys, monkeypatch, how):
     capsys.readouterr()
 
 
+def test_run_gen_chat_env_wraps_the_gates_prompt(capsys, monkeypatch):
+    """BW24_GATE_CHAT=1 (the GPU host's `with` stages) is --chat: the gate's prompt goes through the chat template,
+    longer than the bare prompt (past the 16 rows a decode-path launch takes: the batched prefill runs)."""
+    from bw24.engine.engine import Engine
+
+    seen = []
+    orig = Engine.verify_prefill
+    monkeypatch.setattr(Engine, "verify_prefill",
+                        lambda self, ids, sensitivity=False: (seen.append(len(ids)), orig(self, ids))[1])
+    bare = [a for a in Q if a != "--chat"]
+    assert main(["run-gen", "smollm2-135m", *bare, "-n", "2"]) == 0
+    monkeypatch.setenv("BW24_GATE_CHAT", "1")
+    assert main(["run-gen", "smollm2-135m", *bare, "-n", "2"]) == 0
+    assert len(seen) == 2 and seen[1] > seen[0] and seen[1] > 16
+    capsys.readouterr()
+
+
 def test_run_gen_canary_perturbed_decode_prints_mismatch(capsys, monkeypatch):
     """A decode-only bug (attention scale 5% off when T == 1) must void the run. (A uniform rope
     position shift would not do: RoPE scores depend only on position differences.)"""

@@ -10,7 +10,16 @@ from collections.abc import Iterator
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-from .kernel_cases import Case, _dev, _k_for, _weight, attention_case, matmul_multi_case, moe_case
+from .kernel_cases import (
+    Case,
+    _dev,
+    _k_for,
+    _weight,
+    attention_case,
+    matmul_multi_case,
+    moe_case,
+    moe_weights,
+)
 from .kernel_check import compare, setting
 from .ops.cuda.repack import SUPPORTED
 
@@ -77,6 +86,38 @@ def ffn_glu_case(qt, T: int, act: str, precision: str = "split") -> Case:
             cu.ffn_glu(_dev(cu, h), _dev(cu, nw), 1e-6, cu.load_weight(tg), cu.load_weight(tu), act,
                        x=cu.zeros((T, k)), g=g, u=cu.zeros((T, n)))
         return compare(name, "matmul" if precision == "split" else "gemm16", cu.to_host(g), want)
+    return run
+
+
+def moe_grouped_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int) -> Case:
+    """BW24_MOE_GROUPED (ops/cuda/moe_prefill.py grouped_ffn: moe_group, moe_mm) against ref.moe at the fp16 GEMM's
+    tolerance. The router's own prefill product runs split (fp32-like), so a near-tied route cannot flip against
+    the reference's: the case holds the experts' GEMMs, not the router's rounding."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda import moe_prefill
+
+        ts = moe_weights(f"{name}:", rng, X, E, F, qt, down_qt)
+        x = rng.standard_normal((T, E)).astype(np.float32)
+        r = rng.standard_normal((T, E)).astype(np.float32)
+        want = np.empty((T, E), np.float32)
+        ref.moe(x, *(ref.load_weight(t) for t in ts), n_used=k, norm_weights=True, act="silu", out=want,
+                residual=r.copy())
+        ws = [cu.load_weight(t) for t in ts]
+        orig = cu.matmul
+
+        def router_split(w, xx, **kw):  # the router's prefill product only (moe calls no other matmul)
+            with setting(cu, "prefill_precision", "split"):
+                orig(w, xx, **kw)
+        launched = []
+        kern = cu._k
+        out = _dev(cu, r)
+        with setting(cu, "prefill_precision", "fp16"), setting(cu, "moe_grouped", True), \
+                setting(cu, "matmul", router_split), setting(cu, "_k", lambda f, n: (launched.append(n), kern(f, n))[1]):
+            assert moe_prefill.grouped(cu, ws[1], ws[2], E, F)
+            cu.moe(_dev(cu, x), *ws, n_used=k, norm_weights=True, act="silu", out=out, residual=out)
+        if "moe_group" not in launched:
+            return compare(name + " (moe_mm not launched)", "exact", np.array([0.0]), np.array([1.0]))
+        return compare(name, "gemm16", cu.to_host(out), want)
     return run
 
 
@@ -194,6 +235,11 @@ def cases() -> Iterator[tuple[str, Case]]:
                                    (Q.F32, 33, 12, 3, True, False)):
         yield f"prefill moe {qt.name:<5} T={T} X={X} k={k}{' norm' if norm else ''}{' +res' if res else ''}", \
             moe_case(qt, T, X, k, norm, res)
+    # BW24_MOE_GROUPED: the grouped GEMMs on the device's routing; several row tiles an expert, column edges
+    for qts, T, X, k, E, F in (((Q.Q4_K, Q.Q6_K), 40, 16, 4, 256, 256), ((Q.Q8_0, Q.Q4_0), 100, 128, 8, 544, 160),
+                               ((Q.Q4_K, Q.Q4_K), 300, 8, 2, 256, 768), ((Q.F16, Q.F16), 20, 4, 2, 64, 96)):
+        yield f"moe grouped {qts[0].name}/{qts[0].name}/{qts[1].name} T={T} X={X} k={k} E={E} F={F} +res", \
+            moe_grouped_case(qts[0], qts[1], T, X, k, E, F)
     # 3 experts of the K-quant test shapes (256 x 256, split halves) a chunk: many chunks of unequal padding
     yield "prefill moe Q4_K  T=64 X=32 k=4 norm +res, 3 experts a chunk", \
         budget_case(moe_case(Q.Q4_K, 64, 32, 4, True, True), "moe_prefill", "MOE_SCRATCH", 3 * 256 * 256 * 2 * 2)

@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     p.add_argument("model", help="alias (smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b, ...), path or hf:...")
     p.add_argument("--prompt", required=True, help="prompt text (the user message with --chat)")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--chat", action="store_true", default=os.environ.get("BW24_GATE_CHAT") == "1",
+                   help="wrap the prompt in the model's chat template (default: BW24_GATE_CHAT=1; the GPU host's "
+                        "gates then prefill more than 16 tokens, the batched prefill path)")
     p.add_argument("-n", "--max-tokens", type=int, default=64, dest="max_tokens")
     p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
     p.add_argument("--top-k", type=int, default=0)

@@ -34,23 +34,12 @@
 //   attn_mma_combine merges them: M = max m_z, out = sum_z e^(m_z - M) O_z / sum_z e^(m_z - M) l_z.
 //   Which splits a tile spans follows from pos on the device, so one captured graph serves every
 //   position (the prefill graphs), as without splits.
-#include "common.cuh"
+#include "mma.cuh"
 #include <cuda_fp16.h>
 
 #define AM_WARPS 4
 #define AM_KT 64  // keys a tile
 
-__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits: the lower column index
-    return *reinterpret_cast<const u32*>(&h);
-}
-
-__device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // The keys [lo, hi] that a row tile (rows r0 .. r0 + 63 of T * G) sees: its last row's causal end, its first
 // row's window start. attn_mma walks them and attn_mma_combine finds the tile's splits from them: one formula.

@@ -223,6 +223,12 @@ class CudaOps(Ops):
     # 8128fa9 (BW24_MOE_Q8=1, BW24_PDL=0 profile) the router's qmv took 3.8 us and moe_route 4.9 us a layer,
     # 415 of the 30B-A3B's 2,415 us a token.
     moe_router_fuse = os.environ.get("BW24_MOE_ROUTER", "0") == "1"
+    # A mixture of experts' prefill FFN as grouped GEMMs on tensor cores with the routing read on the device
+    # (ops/cuda/moe_prefill.py grouped_ffn, kernels/moe_mm.cu; perf rows "moe_grouped"): five launches a layer
+    # whatever the routing, no host sync. Opt-in until measured: at 8128fa9 the 30B-A3B's pp512 ran 85.9 ms
+    # for 46.4 ms of kernels (the host planned each layer's expert chunks after reading its routing, while the
+    # GPU waited), 12.1 + 2.7 ms of them dequantizing experts to fp16 for cuBLAS.
+    moe_grouped = os.environ.get("BW24_MOE_GROUPED", "0") == "1"
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
     # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits (kernel-check's
     # "x_to_half regs == loop" cases). At b6232b5 the conversions took 2.8 of the 8B's 29.8 ms of pp512 kernels
@@ -293,6 +299,7 @@ class CudaOps(Ops):
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
                                       ("moe_q8", self.moe_q8), ("moe_router", self.moe_router_fuse),
+                                      ("moe_grouped", self.moe_grouped),
                                       ("no_xh_regs", not self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),

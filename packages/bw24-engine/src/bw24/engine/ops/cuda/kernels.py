@@ -62,6 +62,9 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # prefill (T > 16, ops/cuda/prefill.py): fp16 weight chunks for cuBLAS; attention at the real
     # models' (D, G) (smollm2 64/3, qwen2.5 64/7, qwen3 128/2,4,8, gemma3 256/4) and kernel_check's
     "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),
+    # MoE prefill as grouped GEMMs on the device's routing (BW24_MOE_GROUPED, ops/cuda/moe_prefill.py
+    # grouped_ffn): gate/up (GLU) and down per weight format (+ extern "C" moe_group)
+    "moe_mm.cu": tuple(f"moe_mm<{f},{glu}>" for f in range(10) for glu in ("true", "false")),
     "attention_prefill.cu": sum((attn_instances([(64, 64, g) for g in (1, 3, 5, 7)]
                                                 + [(128, 128, g) for g in (1, 2, 4, 6, 8)]
                                                 + [(256, 256, g) for g in (2, 4)], half=h) for h in (False, True)), ()),

@@ -152,9 +152,10 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,
                     (rl, np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), sel, wts))
     if T > PREFILL_T:  # prefill: slots grouped by expert, fp16 cuBLAS GEMMs (ops/cuda/moe_prefill.py)
-        from .moe_prefill import expert_ffn
+        from .moe_prefill import expert_ffn, grouped, grouped_ffn
 
-        expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, n_used, act, d)
+        ffn = grouped_ffn if grouped(ops, gate_exps, up_exps, E, F) else expert_ffn
+        ffn(ops, x, sel, gate_exps, up_exps, down_exps, n_used, act, d)
         _combine(ops, d, wts, n_used, res, out)
         return
     # decode / verify: g [S, F] = act(gate x) * up x; out = residual + sum_j w_j down g_j

@@ -93,6 +93,43 @@ def chunk_maps(sel_h: np.ndarray, counts: np.ndarray, chunks, k: int) -> list[tu
     return out
 
 
+MM_BM, MM_BN = 64, 64  # moe_mm.cu: routed rows a tile, output columns a block
+
+
+def grouped(ops, gate_exps, up_exps, E: int, F: int) -> bool:
+    """grouped_ffn for this layer: BW24_MOE_GROUPED=1 (ops.moe_grouped), fp16 products (the split precision
+    of the gate's exact half keeps expert_ffn), gate and up of one format (one GLU kernel reads both), rows
+    of whole 32-column groups."""
+    return bool(ops.moe_grouped and not is_split(ops, q8=False) and gate_exps.fmt == up_exps.fmt
+                and E % 32 == 0 and F % 32 == 0)
+
+
+def grouped_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) -> None:
+    """d[slot] = down_e(act(gate_e x_t) * up_e x_t) as expert_ffn, with the routing read on the device: moe_group
+    (slots grouped by expert, row tiles), x_to_half, moe_mm<gate, GLU> into h [S, F], x_to_half of h, moe_mm<down>
+    into d. Five launches whatever the routing, no host sync; grids sized for the most tiles S slots can make."""
+    from ..base import ACTIVATIONS
+
+    T, E = x.shape
+    X, F = gate_exps.shape[0], gate_exps.shape[1]
+    S = T * k
+    maxt = -(-S // MM_BM) + X
+    off, perm = ops._buf("mm_off", X + 1, np.int32), ops._buf("mm_perm", S, np.int32)
+    te, tr, nt = ops._buf("mm_te", maxt, np.int32), ops._buf("mm_tr", maxt, np.int32), ops._buf("mm_nt", 1, np.int32)
+    ops._launch(ops._k("moe_mm.cu", "moe_group"), (1,), 1024,
+                (sel, np.int32(S), np.int32(X), off, perm, te, tr, nt))
+    xh, _, sx = to_half(ops, x, False)
+    h = ops._buf("moe_pg", S * F).reshape(S, F)
+    tiles = (perm, off, te, tr, nt)
+    ops._launch(ops._k("moe_mm.cu", f"moe_mm<{gate_exps.fmt},true>"), (-(-F // MM_BN), maxt), 128,
+                (*gate_exps.args(), *up_exps.args(), np.int32(F), np.int32(E), xh, sx, np.int32(k), *tiles,
+                 np.int32(ACTIVATIONS.index(act)), h))
+    hh, _, sh = to_half(ops, h, False)  # (x's halves are consumed: to_half's buffers are reused)
+    ops._launch(ops._k("moe_mm.cu", f"moe_mm<{down_exps.fmt},false>"), (-(-E // MM_BN), maxt), 128,
+                (*down_exps.args(), *down_exps.args(), np.int32(E), np.int32(F), hh, sh, np.int32(1), *tiles,
+                 np.int32(0), d))
+
+
 def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) -> None:
     """d[slot] = down_e(act(gate_e x_t) * up_e x_t) for slot = t*k + j, e = sel[slot]."""
     cp = ops.cp

@@ -155,7 +155,8 @@ def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_
     (models/common PrefillGraph, cuBLAS through ctypes) give the eager chunks' bits: max_batch 32 (> 16: the prefill GEMMs),
     a 100-token prompt (chunk 1 eager, 2 captured, 3 replayed, a tail of 4) then a 70-token one (2 replays).
     Canary: a graph captured without its position's advance must give other logits. A MoE model's forward
-    reads its routing on the host: it takes no prefill graph, with the same bits."""
+    reads its routing on the host: it takes no prefill graph, with the same bits; with BW24_MOE_GROUPED it does
+    not, and its chunks capture and replay with the eager bits."""
     from bw24.engine import Engine
 
     eng = Engine.load(str(_synth(tmp_path_factory, "qwen3-tiny")), backend="cuda", n_ctx=320, max_batch=32,
@@ -174,6 +175,10 @@ def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_
                       progress=False)
     eager, graph = _prefill_runs(moe, prompts, graphs=False), _prefill_runs(moe, prompts, graphs=True)
     assert "_prefill_graphs" not in moe.model.__dict__  # no PrefillGraph: the eager attention rules
+    assert all(np.array_equal(a, b) for a, b in zip(eager, graph, strict=True))
+    moe.ops.moe_grouped = True  # BW24_MOE_GROUPED: the routing stays on the device, so the chunks capture
+    eager, graph = _prefill_runs(moe, prompts, graphs=False), _prefill_runs(moe, prompts, graphs=True)
+    assert moe.model.prefill_capturable and moe.model._prefill_graphs[32].run.graph_state["g"] is not None
     assert all(np.array_equal(a, b) for a, b in zip(eager, graph, strict=True))
 
 

@@ -34,6 +34,7 @@ class FakeW:
     def __init__(self, ti: FakeTensor):
         p = repack(ti.raw, ti.qtype, ti.shape)
         self.ti, self.fmt, self.n, self.k, self.shape = ti, p.fmt, p.n, p.k, tuple(ti.shape)
+        self.qtype = ti.qtype
         self.w = reconstruct(p)  # [rows, K] float32
 
     def args(self):

@@ -137,9 +137,15 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
     flags.clear()
     assert np.array_equal(g.feed(ids[:2]), plain.feed(ids[:2])) and g._prefill_graphs.get(2) is None
     assert flags == {False}  # a chunk of graph_rows or fewer: no PrefillGraph
-    # a model whose forward reads the device on the host (qwen3moe: prefill_capturable False) takes none
+    # a model whose forward reads the device on the host (qwen3moe: prefill_capturable False) takes none ...
     moe = helpers.build_model(tiny["qwen3moe"], n_ctx=64, max_batch=7, ops=GraphOps())
-    assert type(moe).prefill_capturable is False and moe._prefill_graph(7) is None
+    assert not moe.prefill_capturable and moe._prefill_graph(7) is None
+    # ... unless its experts take the grouped GEMMs on the device's routing (BW24_MOE_GROUPED, fp16 products)
+    grouped_ops = GraphOps()
+    grouped_ops.moe_grouped, grouped_ops.prefill_precision = True, "fp16"
+    assert helpers.build_model(tiny["qwen3moe"], n_ctx=64, max_batch=7, ops=grouped_ops).prefill_capturable
+    grouped_ops.prefill_precision = "split"  # the gate's exact half: expert_ffn, on the host
+    assert not helpers.build_model(tiny["qwen3moe"], n_ctx=64, max_batch=7, ops=grouped_ops).prefill_capturable
     log.clear()
     flags.clear()
     moe.feed(ids)

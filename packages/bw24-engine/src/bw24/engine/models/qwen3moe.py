@@ -14,7 +14,17 @@ from .common import Transformer
 
 class Qwen3Moe(Transformer):
     arch = "qwen3moe"
-    prefill_capturable = False  # prefill reads the routing on the host (ops/cuda/moe_prefill.py)
+
+    @property
+    def prefill_capturable(self) -> bool:  # type: ignore[override]
+        """Prefill graphs only where the routing stays on the device: every layer's experts on the grouped GEMMs
+        (BW24_MOE_GROUPED, ops/cuda/moe_prefill.py grouped); the host-planned expert_ffn reads it on the host."""
+        o = self.ops
+        if not getattr(o, "moe_grouped", False):
+            return False
+        from ..ops.cuda.moe_prefill import grouped
+
+        return all(grouped(o, L.gate_exps, L.up_exps, self.cfg.n_embd, L.gate_exps.shape[1]) for L in self.w.layers)
 
     def forward(self, T: int, last_only: bool = True) -> Any:
         o, c, b = self.ops, self.cfg, self.buf.view(T)

@@ -100,7 +100,7 @@ def grouped(ops, gate_exps, up_exps, E: int, F: int) -> bool:
     """grouped_ffn for this layer: BW24_MOE_GROUPED=1 (ops.moe_grouped), fp16 products (the split precision
     of the gate's exact half keeps expert_ffn), gate and up of one format (one GLU kernel reads both), rows
     of whole 32-column groups."""
-    return bool(ops.moe_grouped and not is_split(ops, q8=False) and gate_exps.fmt == up_exps.fmt
+    return bool(ops.moe_grouped and not is_split(ops, q8=False) and gate_exps.qtype == up_exps.qtype
                 and E % 32 == 0 and F % 32 == 0)
 
 

@@ -1,7 +1,8 @@
 """Device time of one qwen3-30b-a3b MoE decode layer (E=2048, X=128 experts, k=8, F=768; gate/up Q4_K,
 down Q6_K or Q4_K): the fused path (router matvec, moe_route, moe_gu, moe_down) against the previous
 7-launch sequence (router, moe_route, moe_mv gate, moe_mv up, glu, moe_mv down, moe_combine), per stage,
-at T = 1 (decode) and T = 5 (verify), plus a sweep of moe_gu / moe_down (R, U) configs.
+at T = 1 (decode) and T = 5 (verify), plus a sweep of moe_gu / moe_down (R, U) configs and of the int8 kernels'
+(BW24_MOE_Q8: moe_gu8 / moe_down8).
 
 python packages/bw24-engine/benchmarks/gpu_moe_decode.py [--no-sweep]
 
@@ -110,26 +111,35 @@ def main(sweep: bool = True) -> None:
     if not sweep:
         return
     base = M.decode_config
-    print("\nsweep (T = 1, down Q6_K and Q4_K): moe_gu / moe_down (R, U); L follows from U (decode_config)")
-    for kind, choices in (("gu", ((2, 2), (1, 2), (1, 1), (2, 1), (1, 4))), ("down", ((2, 3), (1, 3), (4, 3), (2, 1)))):
-        for R, U in choices:
-            def cfg(fmt, K, k_, R=R, U=U, kind=kind):
-                if k_ != kind or fmt in M.WIDE:
-                    return base(fmt, K, k_)
-                L = 8
-                while L < 32 and L * U < K // 32:
-                    L *= 2
-                return L, R, U
-            M.decode_config = cfg
-            try:
-                ts = {dn: run(new_layer, 1, de, 2) for dn, de in downs.items()}
-            except Exception as e:  # a config that does not compile or launch: say so, go on
-                print(f"  {kind} R={R} U={U}: FAILED {type(e).__name__}: {e}")
-                continue
-            finally:
-                M.decode_config = base
-            print(f"  {kind:<4} R={R} U={U} L={cfg(7 if kind == 'gu' else 9, E if kind == 'gu' else F, kind)[0]:>2}: "
-                  + "  ".join(f"down {dn} {t:7.2f} us/layer" for dn, t in ts.items()), flush=True)
+    # fp32 kernels (moe_gu / moe_down), then the int8 ones (BW24_MOE_Q8's moe_gu8 / moe_down8: one row a segment;
+    # at 8128fa9 moe_gu8 took 10 us a layer in 1.45 waves of 768 blocks, so fewer lanes a row, more groups each)
+    sweeps = ((False, (("gu", ((2, 2), (1, 2), (1, 1), (2, 1), (1, 4))), ("down", ((2, 3), (1, 3), (4, 3), (2, 1))))),
+              (True, (("gu", ((1, 2), (1, 4), (1, 1))), ("down", ((1, 3), (1, 1), (1, 6))))))
+    for int8, kinds in sweeps:
+        cu.moe_q8 = int8
+        print(f"\nsweep (T = 1, down Q6_K and Q4_K): {'moe_gu8 / moe_down8' if int8 else 'moe_gu / moe_down'} (R, U); "
+              "L follows from U (decode_config)")
+        for kind, choices in kinds:
+            for R, U in choices:
+                def cfg(fmt, K, k_, int8=False, R=R, U=U, kind=kind, swept=int8):  # decode_config's signature
+                    if k_ != kind or fmt in M.WIDE or int8 != swept:
+                        return base(fmt, K, k_, int8)
+                    L = 8
+                    while L < 32 and L * U < K // 32:
+                        L *= 2
+                    return L, R, U
+                M.decode_config = cfg
+                try:
+                    ts = {dn: run(new_layer, 1, de, 2) for dn, de in downs.items()}
+                except Exception as e:  # a config that does not compile or launch: say so, go on
+                    print(f"  {kind} R={R} U={U}: FAILED {type(e).__name__}: {e}")
+                    continue
+                finally:
+                    M.decode_config = base
+                L = cfg(7 if kind == "gu" else 9, E if kind == "gu" else F, kind, int8)[0]
+                print(f"  {kind:<4} R={R} U={U} L={L:>2}: "
+                      + "  ".join(f"down {dn} {t:7.2f} us/layer" for dn, t in ts.items()), flush=True)
+    cu.moe_q8 = False
 
 
 if __name__ == "__main__":

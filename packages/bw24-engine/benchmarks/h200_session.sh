@@ -6,6 +6,7 @@
 # Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | kc | stages | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
+#         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         par STAGE ARGS [, STAGE ARGS].. [+ ...] (sub-chains at once, e.g. `par kc + await F 300 , gates M , pytest`)
@@ -95,6 +96,9 @@ log=lambda s: None))" "$m")
     export "$1" BW24_R=$R/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;
   f32)  # the next stage with a float32 KV cache (BW24_KV_DTYPE=f32; f16 is the default); logs under /tmp/r/f32
     export BW24_KV_DTYPE=f32 BW24_R=/tmp/r/f32; exec bash "$0" "$SHA" "$@" ;;
+  moesweep)  # one qwen3-30b-a3b MoE decode layer's stages and the moe_gu / moe_down (and int8) config sweeps
+    (hdr; timeout 500 python3 $B/gpu_moe_decode.py; echo "moe decode rc=$?") > $R/moe_decode.log 2>&1
+    tail -40 $R/moe_decode.log ;;
   mvsweep)  # the decode matvec's (W, R) per quant type and shape (gpu_matvec.py's sweep; BW24_SWEEP_* via `with`)
     (hdr; timeout 500 python3 $B/gpu_matvec.py $R/mvsweep --stages compile,sweep; echo "mvsweep rc=$?") > $R/mvsweep.log 2>&1
     grep -E "^sweep|WRONG|rc=|Error" $R/mvsweep.log | head -30; cp $R/mvsweep/*.json $R/ 2>/dev/null ;;

@@ -81,3 +81,8 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     mod = ingest[0]
     assert mod.suffix_of("BW24_ATTN_DECODE_32:66") == "_attn_decode_32x66"
     assert mod.suffix_of("BW24_PREFILL_GRAPH_1") == "_prefill_graph" and mod.suffix_of("BW24_PDL_0") == "_pdl_0"
+    # a nested `with` (the MoE opt-ins' gate) and the moesweep stage's log
+    rel = Path("BW24_GATE_SENSITIVITY_1/BW24_MOE_Q8_1/BW24_MOE_ROUTER_1/run_gen_qwen3-30b-a3b-q4_k_m-s1.log")
+    assert mod.target_name(rel, "abc1234") == \
+        "run_gen_qwen3-30b-a3b-q4_k_m-s1_cuda_h200_abc1234_gate_sensitivity_moe_q8_moe_router.log"
+    assert mod.target_name(Path("moe_decode.log"), "abc1234") == "moe_decode_h200_abc1234.log"

@@ -66,7 +66,7 @@ class Int8RefOps(ExactSwitch, RefOps):
     def matmul(self, w, x, *, out, bias=None, residual=None):
         if (not self.exact or self.emulating) and x.shape[-1] % 32 == 0 and self.rounds(w, x.shape[-1]):
             if self.exact:
-                x = dequantize_x_ref(x).astype(np.float32)
+                x = Int8RefOps.round_x(self, x)  # the reference rounding, never a subclass's
             else:
                 self.rounded += 1
                 x = self.round_x(x)

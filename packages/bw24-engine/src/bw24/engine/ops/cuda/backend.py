@@ -102,6 +102,10 @@ class CudaOps(Ops):
         own forward runs w on the q8 path; else x."""
         if not self.emulating or self.qmv_configs.plan(w.qtype, w.n, w.k, gate_force=False)[0] != "q8":
             return x
+        return self._rounded_copy(x)
+
+    def _rounded_copy(self, x):
+        """x rounded as the q8 kernels see it (q8.round_x) into the emulation's scratch copy."""
         from . import q8
 
         return q8.round_x(self, x, out=self._buf("round_x", x.size).reshape(x.shape))
@@ -634,9 +638,7 @@ class CudaOps(Ops):
             return super().matmul_multi(ws, normed() if norm else x, outs=outs, biases=biases)
         q8, W, R = self._multi_plan(ws, K)
         if not q8 and self.emulating and self._multi_plan(ws, K, gate_force=False)[0]:
-            from . import q8 as q8mod  # the gate's rounding alone: the normed x rounded, then the fp32 kernel
-
-            x = q8mod.round_x(self, normed() if norm else x, out=self._buf("round_x", x.size).reshape(x.shape))
+            x = self._rounded_copy(normed() if norm else x)  # the gate's rounding alone: normed, rounded, fp32 kernel
             norm = None
         nt, R = self._verify_plan("q8" if q8 else "f32", T, R, ws, K)
         parts = list(zip(ws, outs, biases, strict=True))

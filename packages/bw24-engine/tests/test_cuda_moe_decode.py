@@ -68,6 +68,7 @@ class Emu:
         self.qmv_configs, self._q8_ready = SimpleNamespace(force_path=None), None
         self.emulating = False  # CudaOps.emulate_rounding (the gate's rounding alone)
         self.moe_router_fuse = False  # BW24_MOE_ROUTER
+        self.routing = None  # the gate's routing pin (CudaOps.pin_routing)
         self.scratch: dict[str, np.ndarray] = {}
         self.launches: list[tuple[str, tuple, tuple, int]] = []
 
@@ -77,6 +78,13 @@ class Emu:
             fill = 0 if zeroed else np.nan if dtype == np.float32 else -1
             a = self.scratch[key] = np.full(max(n, 1), fill, dtype)
         return a[:n]
+
+    def to_host(self, a):
+        return np.array(a)
+
+    def copy_from_host(self, dst, src):
+        assert dst.shape == np.shape(src)
+        dst[...] = src
 
     def matmul(self, w, x, *, out):
         """The router: the reference's own product (so routing is the same), row by row (T-independent
@@ -326,6 +334,49 @@ def test_emulated_decode_kernels_match_reference(qts, T, X, k, E, F, act):
     down = [f"moe_down<{fd},{','.join(map(str, M.decode_config(fd, F, 'down')[1:]))}>"] \
         if M.down_plan(F, k, fd) is not None else [f"moe_mv<{fd}>", "moe_combine"]
     assert [n for n, *_ in emu.launches] == ["moe_route", *gu, *down]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["moe_route", "moe_router"])
+def test_routing_pin_runs_the_pinned_experts_with_weights_from_the_calls_own_logits(fused):
+    """The gate's routing pin through the dispatcher (pin_routes after either router): a pin recorded on one
+    input and replayed on another runs the recorded experts, weighted by softmax of the new router logits at
+    them, as RefOps.moe does under the same pin; the new input's own top-k differs (counted as flips)."""
+    from bw24.engine.routing_pin import RoutingPin
+
+    rng = np.random.default_rng(5)
+    qts, X, k, E, F = (Q.Q4_K, Q.Q4_K, Q.Q6_K), 8, 2, 256, 256
+    tis = weights(rng, qts, X, E, F)
+    x0, x1 = (rng.standard_normal((1, E)).astype(f32) for _ in range(2))
+
+    def pinned_run(run):
+        pin = RoutingPin()
+        pin.begin()
+        run(pin, x0)
+        pin.end(1)
+        pin.begin()
+        out = run(pin, x1)
+        pin.end(1)
+        return pin, out
+
+    def emu_run(pin, x):
+        emu = Emu()
+        emu.moe_router_fuse, emu.routing = fused, pin
+        return run_emu(emu, tis, x, k)
+
+    def ref_run(pin, x):
+        ref, out = RefOps(), np.empty(x.shape, f32)
+        ref.routing = pin
+        ref.moe(x, *(ref.load_weight(t) for t in tis), n_used=k, norm_weights=True, act="silu", out=out)
+        return out
+
+    pe, got = pinned_run(emu_run)
+    pr, want = pinned_run(ref_run)
+    res = compare("emu", "matmul", got, want)
+    assert res.ok, res.line()
+    own = np.argsort(-(RefOps().load_weight(tis[0]).data @ x1[0]), kind="stable")[:k]  # x1's own routing
+    assert not np.array_equal(np.sort(own), np.sort(pe.sel[0][0]))  # so the pin really overrode it ...
+    assert pe.flips == pr.flips == 1 and pe.picks == 1  # ... and counted the flip
+    assert not np.array_equal(got, run_emu(Emu(), tis, x1, k))  # unpinned, x1 runs other experts
 
 
 INT8_CASES = [  # (gate, up, down) types, T, X, k, E, F

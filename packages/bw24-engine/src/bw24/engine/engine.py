@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from .models import model_class
 from .models.common import Transformer, count_tensors
 from .ops import get_ops
 from .ops.base import Ops
+from .routing_pin import RoutingPin
 from .sampling import SamplingParams
 
 DEFAULT_MAX_CTX = 4096  # default n_ctx: the model's training context, capped here (KV memory)
@@ -91,6 +92,10 @@ class VerifyResult:
     rounded_by: str = "int8-activation"
     alone: float | None = None  # NMSE of the backend's rounding alone on the exact kernels, where measured
     alone_by: str = ""  # what that rounded (rounded_paths' names: "int8-activation+float16-KV")
+    # a mixture of experts' rounded half ran on the exact decode's routing (engine.routing_pin): what the pin
+    # saw, and whether every top-k that differed from it is explained by its router logits' drift
+    routing: str = ""
+    routing_ok: bool = True
 
     @property
     def near_tie(self) -> bool:
@@ -101,7 +106,7 @@ class VerifyResult:
         """A real mismatch: maxdiff above the backend's tolerance, or argmax differs without a near
         tie, or a rounded path outside its class."""
         exact = self.maxdiff <= self.tolerance and (self.prefill_argmax == self.decode_argmax or self.near_tie)
-        return exact and (self.rounded is None or all(d.ok for d in self.rounded))
+        return exact and self.routing_ok and (self.rounded is None or all(d.ok for d in self.rounded))
 
     def line(self) -> str:
         s = (f"verify-prefill argmax={self.prefill_argmax}  decode argmax={self.decode_argmax}  "
@@ -116,6 +121,8 @@ class VerifyResult:
         if self.alone is not None and not set_bound:  # measured, but not the bound: the sensitivity probe
             ratio = f", decode drift {self.rounded[1].nmse / self.alone:.3g}x it" if self.alone > 0 else ""
             s += f"  sensitivity: the rounding alone ({self.alone_by}) nmse={self.alone:.2g}{ratio}"
+        if self.routing:
+            s += f"  {self.routing}"
         s += f"  {'MATCH' if self.ok else 'MISMATCH'}"
         return s + (f" (near tie, margin={self.margin:.3g})" if self.near_tie else "")
 
@@ -198,15 +205,21 @@ class Engine:
         """Last-position logits of one batched prefill or of token-by-token decode; with `grid` (decode
         only), the cache's keys and values are rounded to that element after every step."""
         self.model.kv.reset()
+        pin = getattr(self.ops, "routing", None)  # the gate's routing pin (verify_prefill): one forward of it
+        if pin is not None:
+            pin.begin()
         if batched:
-            return self.model.feed(ids)[-1].astype(np.float64)
-        for i in ids:
-            b = self.model.feed([i])[-1]
-            if grid is not None:
-                self.model.kv.round_to(grid)
+            b = self.model.feed(ids)[-1]
+        else:
+            for i in ids:
+                b = self.model.feed([i])[-1]
+                if grid is not None:
+                    self.model.kv.round_to(grid)
+        if pin is not None:
+            pin.end(len(ids))
         return b.astype(np.float64)
 
-    def verify_prefill(self, ids: Sequence[int], sensitivity: bool = False) -> VerifyResult:
+    def verify_prefill(self, ids: Sequence[int], sensitivity: bool = False, pin_routing: bool = True) -> VerifyResult:
         """The run-gen gate: last-position logits of a batched prefill vs token-by-token decode, with
         exact (fp32) activations and a float32 KV cache, within ops.verify_tolerance; where the backend
         rounds (activations to int8, the cache to float16), its own prefill and decode each within
@@ -215,24 +228,36 @@ class Engine:
         flip by a whole int8 step or float16 ulp, deep random models amplify it: the synthetic
         qwen3-30b-a3b's router turned a float16 cache's 1e-3 into 0.13 at ca80b31; see the README.)
         sensitivity: also measure the rounding alone where it does not set the bound (a probe of how much this
-        model amplifies the backend's rounding, reported beside the drift; the bound is unchanged)."""
+        model amplifies the backend's rounding, reported beside the drift; the bound is unchanged).
+        A mixture of experts' rounded half (and its rounding alone) runs on the routing the exact decode
+        recorded (engine.routing_pin: why, and how the router stays checked); pin_routing=False runs it on its
+        own routing instead (what the pin takes away: benchmarks/emulate_moe_gate.py)."""
         self._check_prompt(ids)
+        pin = RoutingPin() if self.model.cfg.is_moe and pin_routing else None
         with self.ops.exact_activations(), self._exact_cache(len(ids)):
-            a, b = self._last_logits(ids, True), self._last_logits(ids, False)
+            a = self._last_logits(ids, True)
+            with self._pinned(pin):  # records the exact decode's routing
+                b = self._last_logits(ids, False)
         pa, pb = int(np.argmax(a)), int(np.argmax(b))
         kv_dtype = self.model.kv.dtype
         by = "+".join(self.ops.rounded_paths() + ([] if kv_dtype == np.float32 else [f"{kv_dtype.name}-KV"]))
         rounded, alone, alone_by = None, None, ""
         if by:
-            rounded = (Drift.of(self._last_logits(ids, True), b), Drift.of(self._last_logits(ids, False), b))
-            failing = not all(d.ok for d in rounded)
-            if failing or sensitivity:
-                alone, alone_by = self._rounding_alone(ids, b)
-                if failing and alone is not None:
-                    bound = max(Q8_GATE_NMSE, ROUNDING_FACTOR * alone)
-                    rounded = (replace(rounded[0], bound=bound), replace(rounded[1], bound=bound))
+            with self._pinned(pin):
+                rounded = (Drift.of(self._last_logits(ids, True), b), Drift.of(self._last_logits(ids, False), b))
+                failing = not all(d.ok for d in rounded)
+                if failing or sensitivity:
+                    alone, alone_by = self._rounding_alone(ids, b)
+                    if failing and alone is not None:
+                        bound = max(Q8_GATE_NMSE, ROUNDING_FACTOR * alone)
+                        rounded = (replace(rounded[0], bound=bound), replace(rounded[1], bound=bound))
+        routing = pin is not None and by
         return VerifyResult(pa, pb, float(np.max(np.abs(a - b))), float(a[pa] - a[pb]), self.ops.verify_tolerance,
-                            rounded, by, alone, alone_by)
+                            rounded, by, alone, alone_by, pin.describe() if routing else "",
+                            pin.ok if routing else True)
+
+    def _pinned(self, pin: RoutingPin | None) -> AbstractContextManager:
+        return self.ops.pin_routing(pin) if pin is not None else nullcontext()
 
     def _rounding_alone(self, ids: Sequence[int], ref: np.ndarray) -> tuple[float | None, str]:
         """NMSE against ref (the exact decode's logits) of a token-by-token decode on the exact half's kernels

@@ -23,8 +23,8 @@ N / K a matrix's output / input width, V vocab, X experts, S cache length (n_ctx
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,20 @@ class Ops(ABC):
         arithmetic and none of the rounded path's kernels. Yields the rounded_paths names it emulates
         (none here: a backend that cannot leaves the gate's yardstick to the KV cache's rounding alone)."""
         return nullcontext([])
+
+    # The gate's mixture-of-experts routing pin (engine.routing_pin.RoutingPin), inside pin_routing: every
+    # moe call hands it its router logits and top-k, and runs the experts it returns.
+    routing: Any = None
+
+    @contextmanager
+    def pin_routing(self, pin: Any) -> Iterator[None]:
+        """A context in which moe calls go through `pin` (Engine.verify_prefill on a mixture of experts); a
+        backend that captures forwards as graphs runs them eager inside it (a replay skips the host's hook)."""
+        old, self.routing = self.routing, pin
+        try:
+            yield
+        finally:
+            self.routing = old
 
     def rounded_paths(self) -> list[str]:
         """What the backend's own forwards round beyond fp32 (outside exact_activations), by name: the gate

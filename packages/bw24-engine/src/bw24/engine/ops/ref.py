@@ -148,14 +148,28 @@ class RefOps(Ops):
         out[...] = _act(gate, act) * up
 
     def moe(self, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None):
-        routes = route(_mm(router.data, x), n_used, norm_weights)
+        rl = _mm(router.data, x)
+        routes = self._route(rl, n_used, norm_weights)
+        if self.routing is not None:  # the gate's pin (engine.routing_pin): its experts, weighted by rl
+            pinned = self.routing.apply(rl, np.array([s for s, _ in routes]), n_used, norm_weights)
+            if pinned is not None:
+                routes = list(zip(*pinned, strict=True))
         y = np.zeros(out.shape, np.float32) if residual is None else residual.astype(np.float32, copy=True)
+        xe = self._expert_input(x)
         for t, (sel, wts) in enumerate(routes):
-            xt = x[t : t + 1]
+            xt = xe[t : t + 1]
             for e, we in zip(sel, wts, strict=True):
-                h = _act(_mm(gate_exps.data[e], xt), act) * _mm(up_exps.data[e], xt)
+                h = self._expert_input(_act(_mm(gate_exps.data[e], xt), act) * _mm(up_exps.data[e], xt))
                 y[t] += np.float32(we) * _mm(down_exps.data[e], h)[0]
         out[...] = y
+
+    def _route(self, logits, n_used: int, norm_weights: bool):
+        """The top-k of moe (a subclass may plant a bug here: the routing pin's canary)."""
+        return route(logits, n_used, norm_weights)
+
+    def _expert_input(self, v):
+        """An expert matvec's input as the backend reads it (exact here; Int8RefOps may round it)."""
+        return v
 
     def logits(self, x, w, softcap, *, out):
         y = _mm(w.data, x)

@@ -45,9 +45,12 @@ class Int8RefOps(ExactSwitch, RefOps):
     quantizes_activations = True
     emulating = False  # inside emulate_rounding()
 
-    def __init__(self, rounds: Callable[[object, int], bool] = cuda_policy) -> None:
+    def __init__(self, rounds: Callable[[object, int], bool] = cuda_policy, moe_q8: bool = False) -> None:
         super().__init__()
         self.rounds, self.rounded = rounds, 0
+        # cuda's BW24_MOE_Q8: the experts' input x and their h (act(gate x) * up x) rounded too, as
+        # moe_gu8 / moe_down8 read them (ops/cuda/q8.moe_q8_ref); the router reads x unrounded
+        self.moe_q8 = moe_q8
 
     def round_x(self, x: np.ndarray) -> np.ndarray:
         """x as the q8 kernels see it (a subclass may plant a bug here: the gate's canary)."""
@@ -71,6 +74,15 @@ class Int8RefOps(ExactSwitch, RefOps):
                 self.rounded += 1
                 x = self.round_x(x)
         super().matmul(w, x, out=out, bias=bias, residual=residual)
+
+
+    def _expert_input(self, v):
+        if not self.moe_q8 or v.shape[-1] % 32:
+            return v
+        if not self.exact:
+            self.rounded += 1
+            return self.round_x(v)
+        return Int8RefOps.round_x(self, v) if self.emulating else v
 
 
 class DropLastGroupInDecode(Int8RefOps):

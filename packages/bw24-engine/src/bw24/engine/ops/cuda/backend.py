@@ -82,6 +82,18 @@ class CudaOps(Ops):
         finally:
             self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = old
 
+    @contextmanager
+    def pin_routing(self, pin):
+        """Ops.pin_routing with prefill graphs off: a replayed chunk would skip moe's host round trip to the
+        pin (ops/cuda/moe.py pin_routes); decode steps outside the engine's graph runner are eager already."""
+        old = self.prefill_graphs
+        self.prefill_graphs = False
+        try:
+            with super().pin_routing(pin):
+                yield
+        finally:
+            self.prefill_graphs = old
+
     emulating = False  # inside emulate_rounding()
 
     @contextmanager

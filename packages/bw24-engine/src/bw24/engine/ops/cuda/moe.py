@@ -151,6 +151,8 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         ops.matmul(router, x, out=rl)  # [T, X]
         ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,
                     (rl, np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), sel, wts))
+    if ops.routing is not None:  # the gate's pin (engine.routing_pin; eager forwards, CudaOps.pin_routing)
+        pin_routes(ops, rl, sel, wts, n_used, norm_weights)
     if T > PREFILL_T:  # prefill: slots grouped by expert, fp16 cuBLAS GEMMs (ops/cuda/moe_prefill.py)
         from .moe_prefill import expert_ffn, grouped, grouped_ffn
 
@@ -188,6 +190,17 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     else:
         _mv(ops, down_exps, sel, n_used, g, 1, E, d)
         _combine(ops, d, wts, n_used, res, out)
+
+
+def pin_routes(ops, rl, sel, wts, n_used: int, norm_weights: bool) -> None:
+    """The routing pin's host round trip: this call's router logits rl [T, X] and top-k sel to the pin, its
+    experts and their weights (from rl) back into sel / wts, where the experts' launches read them."""
+    T = rl.shape[0]
+    pinned = ops.routing.apply(ops.to_host(rl), ops.to_host(sel).reshape(T, n_used), n_used, norm_weights)
+    if pinned is not None:
+        s, w = pinned
+        ops.copy_from_host(sel, s.reshape(-1).astype(np.int32))
+        ops.copy_from_host(wts, w.reshape(-1).astype(np.float32))
 
 
 def _int8_experts(ops, gate_exps, up_exps, down_exps, sel, wts, n_used: int, xq, xs, act: str, g, res, out) -> None:

@@ -138,6 +138,27 @@ def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory):
     assert gpu.verify_prefill(ids).ok
 
 
+@pytest.mark.parametrize("fused_router", [False, True], ids=["moe_route", "moe_router"])
+def test_routing_pin_on_the_device(tmp_path_factory, fused_router):
+    """ops/cuda/moe.py pin_routes (the gate's routing pin): a decode recorded, then replayed on its own routing
+    and as one batched prefill (grouped GEMMs, prefill graphs off inside the pin): the same logits within the
+    host-computed weights' rounding, no flip, every layer's every token through the pin."""
+    from bw24.engine import Engine
+    from bw24.engine.routing_pin import RoutingPin
+
+    gpu = Engine.load(str(_synth(tmp_path_factory, "qwen3moe-tiny")), backend="cuda", n_ctx=320, progress=False)
+    gpu.ops.moe_router_fuse, gpu.ops.moe_grouped = fused_router, True
+    ids = [int(i) for i in np.random.default_rng(4).integers(10, 500, 24)]
+    pin = RoutingPin()
+    with gpu.ops.exact_activations(), gpu._exact_cache(len(ids)), gpu.ops.pin_routing(pin):
+        a = gpu._last_logits(ids, False)  # records
+        b = gpu._last_logits(ids, False)  # replays
+        c = gpu._last_logits(ids, True)
+    assert gpu.ops.routing is None and pin.n_layers == gpu.config.n_layer
+    assert pin.picks == 2 * len(ids) * pin.n_layers and pin.flips == 0 and pin.ok
+    assert np.abs(a - b).max() < 1e-4 and np.abs(a - c).max() < 1e-3
+
+
 def _prefill_runs(eng, prompts, *, graphs: bool) -> list[np.ndarray]:
     """Each prompt's last-token logits from a fresh context, prefill graphs on (the default) and
     captured (graphs) or run eagerly with the same kernels (use_graphs off)."""

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .ops.ref import expert_weights, router_probs
+
 # headroom over 2 max|dl| for the float64 comparison of float32 logits
 _EPS = 1e-6
 
@@ -85,11 +87,7 @@ class RoutingPin:
             raise RuntimeError(f"routing pin: layer {layer} routed past the {self.n_tokens} recorded tokens")
         pinned, exact = self.sel[layer][p0:p0 + T], self.logits[layer][p0:p0 + T]
         self._pos[layer], self.calls = p0 + T, self.calls + 1
-        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        probs /= probs.sum(axis=-1, keepdims=True)
-        wts = np.take_along_axis(probs, pinned.astype(np.int64), axis=-1)
-        if norm_weights:
-            wts = wts / wts.sum(axis=-1, keepdims=True)
+        wts = expert_weights(router_probs(logits), pinned, norm_weights)
         for t in range(T):
             self.picks += 1
             a = np.setdiff1d(pinned[t], sel[t])  # pinned, not picked by the forward

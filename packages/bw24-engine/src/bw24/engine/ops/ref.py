@@ -190,15 +190,23 @@ class RefOps(Ops):
 def route(logits: np.ndarray, n_used: int, norm_weights: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per token of router logits [T, X]: (the n_used experts of largest softmax probability, in descending
     order, ties to the lower index; their float64 weights, renormalized to sum 1 when norm_weights)."""
+    probs = router_probs(logits)
+    sel = np.argsort(-probs, axis=-1, kind="stable")[:, :n_used]
+    return list(zip(sel, expert_weights(probs, sel, norm_weights), strict=True))
+
+
+def router_probs(logits: np.ndarray) -> np.ndarray:
+    """softmax of router logits [T, X], in float64."""
     logits = np.asarray(logits, np.float64)
     probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)
-    out = []
-    for p in probs:
-        sel = np.argsort(-p, kind="stable")[:n_used]
-        wts = p[sel]
-        out.append((sel, wts / wts.sum() if norm_weights else wts))
-    return out
+    return probs / probs.sum(axis=-1, keepdims=True)
+
+
+def expert_weights(probs: np.ndarray, sel: np.ndarray, norm_weights: bool) -> np.ndarray:
+    """The weights [T, k] of the experts sel [T, k] (router_probs' probs [T, X] at them, renormalized to sum 1
+    when norm_weights): route's, and the gate's routing pin's for the experts it pins."""
+    wts = np.take_along_axis(probs, np.asarray(sel, np.int64), axis=-1)
+    return wts / wts.sum(axis=-1, keepdims=True) if norm_weights else wts
 
 
 def _mm(w: np.ndarray, x: np.ndarray) -> np.ndarray:

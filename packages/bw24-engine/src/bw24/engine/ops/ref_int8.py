@@ -66,23 +66,21 @@ class Int8RefOps(ExactSwitch, RefOps):
         finally:
             self.emulating = old
 
+    def _read(self, x: np.ndarray) -> np.ndarray:
+        """x as a rounding matvec reads it: rounded by round_x outside exact_activations; inside, by the
+        reference rounding (never a subclass's) where emulate_rounding is on, else exact."""
+        if self.exact:
+            return Int8RefOps.round_x(self, x) if self.emulating else x
+        self.rounded += 1
+        return self.round_x(x)
+
     def matmul(self, w, x, *, out, bias=None, residual=None):
-        if (not self.exact or self.emulating) and x.shape[-1] % 32 == 0 and self.rounds(w, x.shape[-1]):
-            if self.exact:
-                x = Int8RefOps.round_x(self, x)  # the reference rounding, never a subclass's
-            else:
-                self.rounded += 1
-                x = self.round_x(x)
+        if x.shape[-1] % 32 == 0 and self.rounds(w, x.shape[-1]):
+            x = self._read(x)
         super().matmul(w, x, out=out, bias=bias, residual=residual)
 
-
     def _expert_input(self, v):
-        if not self.moe_q8 or v.shape[-1] % 32:
-            return v
-        if not self.exact:
-            self.rounded += 1
-            return self.round_x(v)
-        return Int8RefOps.round_x(self, v) if self.emulating else v
+        return self._read(v) if self.moe_q8 and v.shape[-1] % 32 == 0 else v
 
 
 class DropLastGroupInDecode(Int8RefOps):

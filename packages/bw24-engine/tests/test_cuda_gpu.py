@@ -118,13 +118,20 @@ def _synth(tmp_path_factory, name):
     return path
 
 
-def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory):
-    """MoE on the device: prefill logits, 32 greedy tokens vs the NumPy engine, graph == eager."""
+def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory, monkeypatch):
+    """MoE on the device on its exact paths (BW24_MOE_Q8=0, BW24_MOE_GROUPED=0: fp32 activations, the
+    host-planned split-precision experts): prefill logits, 32 greedy tokens vs the NumPy engine, graph == eager.
+    The defaults (int8 experts, the fused router, the grouped fp16 prefill) round, so they are held to the
+    run-gen gate instead (test_qwen3moe_tiny_defaults_graph_equals_eager_and_gate)."""
     from bw24.engine import Engine
     from bw24.engine.graph import greedy_decode
+    from bw24.engine.ops.cuda.backend import CudaOps
 
+    monkeypatch.setattr(CudaOps, "moe_q8", False)
+    monkeypatch.setattr(CudaOps, "moe_grouped", False)
     path = _synth(tmp_path_factory, "qwen3moe-tiny")
     gpu = Engine.load(str(path), backend="cuda", n_ctx=320, progress=False)
+    assert not gpu.ops.quantizes_activations
     kv = "f16" if gpu.model.kv.k[0].dtype == np.float16 else "f32"  # the reference with the same cache element
     cpu = Engine.load(str(path), backend="cpu", n_ctx=320, progress=False, kv_dtype=kv)
     ids = [int(i) for i in np.random.default_rng(3).integers(10, 500, 20)]
@@ -136,6 +143,24 @@ def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory):
     gpu.ops.use_graphs = False
     assert greedy_decode(gpu.model, ids, 64) == graph
     assert gpu.verify_prefill(ids).ok
+
+
+def test_qwen3moe_tiny_defaults_graph_equals_eager_and_gate(tmp_path_factory):
+    """The MoE defaults since 2c3a1bc (BW24_MOE_Q8, BW24_MOE_ROUTER, BW24_MOE_GROUPED): int8 activations
+    through the experts, the captured decode graph == eager, and the run-gen gate (routing pinned to the exact
+    decode's) MATCH on a prompt."""
+    from bw24.engine import Engine
+    from bw24.engine.graph import greedy_decode
+
+    gpu = Engine.load(str(_synth(tmp_path_factory, "qwen3moe-tiny")), backend="cuda", n_ctx=320, progress=False)
+    assert gpu.ops.moe_q8 and gpu.ops.moe_router_fuse and gpu.ops.moe_grouped and gpu.ops.quantizes_activations
+    assert not any(p.startswith("no_moe") for p in gpu.ops.opt_in())
+    ids = [int(i) for i in np.random.default_rng(3).integers(10, 500, 20)]
+    graph = greedy_decode(gpu.model, ids, 64, ahead=4)
+    gpu.ops.use_graphs = False
+    assert greedy_decode(gpu.model, ids, 64) == graph
+    r = gpu.verify_prefill(ids)
+    assert r.ok and r.routing_ok, r
 
 
 @pytest.mark.parametrize("fused_router", [False, True], ids=["moe_route", "moe_router"])
@@ -194,6 +219,7 @@ def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_
     assert not np.array_equal(stale[0], eager[0]), "a graph replayed at a stale position went unnoticed"
     moe = Engine.load(str(_synth(tmp_path_factory, "qwen3moe-tiny")), backend="cuda", n_ctx=320, max_batch=32,
                       progress=False)
+    moe.ops.moe_grouped = False  # BW24_MOE_GROUPED=0 (the default until 2c3a1bc): routing read on the host
     eager, graph = _prefill_runs(moe, prompts, graphs=False), _prefill_runs(moe, prompts, graphs=True)
     assert "_prefill_graphs" not in moe.model.__dict__  # no PrefillGraph: the eager attention rules
     assert all(np.array_equal(a, b) for a, b in zip(eager, graph, strict=True))

@@ -4,6 +4,9 @@ clear typed error (the GPU test proves it fires before any upload)."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -67,10 +70,25 @@ def test_scratch_growth_hands_the_pool_back():
     assert ops._buf("y", 30).size == 30 and released == [1]  # inside a capture: kept
 
 
+@pytest.mark.parametrize("value", [None, "1", "0"])
+def test_moe_paths_default_on_and_env_zero_turns_them_off(value):
+    """BW24_MOE_Q8, BW24_MOE_ROUTER and BW24_MOE_GROUPED are on unless set to 0 (the defaults since the pinned
+    gate MATCHed them at 2c3a1bc), read in a fresh interpreter as a user's process reads them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BW24_MOE_")}
+    if value is not None:
+        env.update(BW24_MOE_Q8=value, BW24_MOE_ROUTER=value, BW24_MOE_GROUPED=value)
+    code = ("from bw24.engine.ops.cuda.backend import CudaOps as C; "
+            "print(C.moe_q8, C.moe_router_fuse, C.moe_grouped, C.moe_q8_attn)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    on = value != "0"
+    assert out.split() == [str(on), str(on), str(on), "False"]
+
+
 def test_moe_activation_policy():
-    """A mixture-of-experts model's matvecs on fp32 activations but the vocabulary head; BW24_MOE_Q8_ATTN
-    (moe_q8_attn) leaves its attention projections on the q8 path as a dense model's, BW24_MOE_Q8 (moe_q8)
-    its experts too (not in the gate's exact half), and perf rows say so. A dense model is never touched."""
+    """A mixture-of-experts model's matvecs on int8 activations, its experts too (BW24_MOE_Q8, moe_q8, the
+    default since 2c3a1bc; not in the gate's exact half). With BW24_MOE_Q8=0 they take fp32 activations but
+    the vocabulary head, and BW24_MOE_Q8_ATTN (moe_q8_attn) leaves the attention projections on the q8 path;
+    perf rows say which ("no_moe_q8", "moe_q8_attn"). A dense model is never touched."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda.backend import CudaOps
@@ -87,12 +105,12 @@ def test_moe_activation_policy():
         # the 30B-A3B's fused Q/K/V (5120 x 2048) and its vocabulary head (151936 x 2048)
         return (ops.quantizes_activations, ops.qmv_configs.plan(Q.Q4_K, 5120, 2048)[0],
                 ops.qmv_configs.plan(Q.Q6_K, 151936, 2048)[0], "moe_q8_attn" in ops.opt_in(),
-                "moe_q8" in ops.opt_in(), q8_experts(ops, *experts))
+                "no_moe_q8" in ops.opt_in(), q8_experts(ops, *experts))
 
-    assert policy(True, False) == (False, "f32", "q8", False, False, False)
-    assert policy(True, True) == (True, "q8", "q8", True, False, False)
-    assert policy(True, False, True) == (True, "q8", "q8", False, True, True)
-    assert policy(False, False) == (True, "q8", "q8", False, False, False)
+    assert policy(True, False) == (False, "f32", "q8", False, True, False)
+    assert policy(True, True) == (True, "q8", "q8", True, True, False)
+    assert policy(True, False, True) == (True, "q8", "q8", False, False, True)
+    assert policy(False, False) == (True, "q8", "q8", False, True, False)
     ops = CudaOps.__new__(CudaOps)
     ops.qmv_configs, ops.moe_q8_attn, ops.moe_q8 = QmvConfigs(), False, True
     ops._activation_policy(SimpleNamespace(is_moe=True))

@@ -143,6 +143,40 @@ def test_path_is_a_policy_of_the_shape_and_the_table_gives_w_r():
     assert c.get(Q.Q4_K, 6144, 4096) == (2, 4)  # the old (W, R) interface is unchanged
 
 
+def test_q8_min_k_reads_its_variable_and_refuses_a_bad_one():
+    from bw24.engine.ops.cuda.launch import Q8_MIN_K_DEFAULT, q8_min_k
+
+    assert q8_min_k(None) == Q8_MIN_K_DEFAULT == 2048 and q8_min_k("1024") == 1024 and q8_min_k("896") == 896
+    for bad in ("0", "-1024", "1000", "1k", ""):
+        with pytest.raises(ValueError, match="BW24_Q8_MIN_K"):
+            q8_min_k(bad)
+
+
+@pytest.mark.parametrize("value", [None, "1024"])
+def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value):
+    """BW24_Q8_MIN_K=1024 (a fresh interpreter, as a measured run reads it): the 0.6B's K = 1024 Q/K/V and
+    gate/up plan the q8 path, the rmsnorm ahead of them leaves their codes (feeds_q8), perf rows say so;
+    smollm2's K = 576 stays fp32. Without it those layers keep the fp32 path."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "BW24_Q8_MIN_K"}
+    if value is not None:
+        env["BW24_Q8_MIN_K"] = value
+    code = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
+            "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
+            "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
+            "c = QmvConfigs(Tuning()); o = CudaOps.__new__(CudaOps); "
+            "print(c.plan(Q.Q4_K, 4096, 1024)[0], c.plan(Q.Q4_1, 1536, 576)[0], "
+            "feeds_q8(np.zeros((1, 1024), np.float32)), [p for p in o.opt_in() if p.startswith('q8_min')])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    if value is None:
+        assert out.strip() == "f32 f32 False []"
+    else:
+        assert out.strip() == "q8 f32 True ['q8_min_k_1024']"
+
+
 def test_q8_request_for_float_weights_falls_back_to_f32():
     c = QmvConfigs(_table({"F16": {"default": {"warps": 2, "rows": 2, "path": "q8"}}}))
     assert c.plan(Q.F16, 1024, 4096) == ("f32", 2, 2)

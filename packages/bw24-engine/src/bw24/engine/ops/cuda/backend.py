@@ -21,7 +21,7 @@ from . import attn as _attn
 from . import norm as _norm
 from . import prefill as _prefill
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel
-from .launch import QMV_SPACE, QmvConfigs
+from .launch import Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, QmvConfigs
 from .prefill import PRECISIONS
 from .repack import UnsupportedWeightError
 from .weights import NULL, QWeight, upload_weight
@@ -49,10 +49,10 @@ class CudaOps(Ops):
     quantizes_activations = True  # the q8 matvec path (launch.default_path)
 
     def use_int8_activations(self, on: bool) -> None:
-        """Off for mixture-of-experts models: the router reads activations that int8 rounding has
-        moved, near-tied experts flip, and the logits leave the int8 class (synthetic qwen3-30b-a3b on
-        the H200: int8 decode NMSE 2.4e-3, prefill 9.9e-3 vs the gate's 2e-3; README "The run-gen
-        gate on int8-activation models"). Every matvec then takes the fp32-activation path but the
+        """Off for mixture-of-experts models with BW24_MOE_Q8=0 (their default until 2c3a1bc): the router
+        reads activations that int8 rounding has moved and near-tied experts flip (synthetic qwen3-30b-a3b
+        on the H200: int8 decode NMSE 2.4e-3, prefill 9.9e-3 vs the gate's 2e-3 at a878d46, before the
+        gate pinned the routing; README "The run-gen gate on int8-activation models"). Every matvec then takes the fp32-activation path but the
         vocabulary head (launch.QmvConfigs.f32_body), which feeds no router: on fp32 activations the
         30B-A3B's Q6_K head took 207 us a token for 255 MB (a6dcfe3), the 8B's q8 head 3.6 TB/s. The gate
         then names the head's rounding (rounded_paths: "int8-head")."""
@@ -61,11 +61,12 @@ class CudaOps(Ops):
         self.qmv_configs.f32_body = not on
 
     def _activation_policy(self, cfg) -> None:
-        """A mixture-of-experts model's matvecs on fp32 activations (use_int8_activations(False)), unless
-        BW24_MOE_Q8_ATTN=1: then its attention projections (its only quantized matvecs outside the experts;
-        the router is an F32 weight, never int8) take the q8 path as a dense model's do, or BW24_MOE_Q8=1:
-        then the experts too (ops/cuda/moe.py q8_experts: moe_gu8 / moe_down8). Either way the gate holds
-        the model to the int8 half's bound."""
+        """A mixture-of-experts model's matvecs on int8 activations as a dense model's, its experts too
+        (BW24_MOE_Q8, the default since 2c3a1bc: ops/cuda/moe.py q8_experts, moe_gu8 / moe_down8). With
+        BW24_MOE_Q8=0 they take fp32 activations (use_int8_activations(False)) unless BW24_MOE_Q8_ATTN=1: then
+        its attention projections (its only quantized matvecs outside the experts; the router is an F32
+        weight, never int8) take the q8 path. Either way the gate holds the model to the int8 half's bound,
+        its routing pinned to the exact decode's (engine/routing_pin.py)."""
         if cfg.is_moe and not (self.moe_q8_attn or self.moe_q8):
             self.use_int8_activations(False)
 
@@ -230,21 +231,28 @@ class CudaOps(Ops):
     moe_q8_attn = os.environ.get("BW24_MOE_Q8_ATTN", "0") == "1"
     # ... and the experts' decode / verify matvecs too (ops/cuda/moe.py q8_experts; perf rows "moe_q8"): the
     # whole model on int8 activations, as a dense model and as llama.cpp's MoE matvecs (q8_1 activations).
-    # Opt-in until its gate and perf cells have run: at b6232b5 the fp32 group dot made moe_gu / moe_down
-    # instruction-bound (577 + 402 us of the 30B-A3B's 3,032 us a token for ~1 GB: ~1.1 TB/s), where the
-    # 8B's dp4a matvecs stream 2.9 TB/s.
-    moe_q8 = os.environ.get("BW24_MOE_Q8", "0") == "1"
+    # At b6232b5 the fp32 group dot made moe_gu / moe_down instruction-bound (577 + 402 us of the 30B-A3B's
+    # 3,032 us a token for ~1 GB: ~1.1 TB/s), where the 8B's dp4a matvecs stream 2.9 TB/s. The default since
+    # the H200 run at 2c3a1bc, with the router and the grouped prefill below: the gate, its routing pinned to
+    # the exact decode's (engine/routing_pin.py), MATCH at 1.04-1.05x its own rounding alone
+    # (evidence/run_gen_qwen3-30b-a3b-q4_k_m-s1_cuda_h200_2c3a1bc_gate_sensitivity_moe_q8*.log; unpinned, one
+    # draw of near-tie flips, it had read 2.2x); the three together d0 434.1 vs 307.5 tok/s (1.41x, 2f60de3),
+    # d4096 355.6 vs 273.7 (1.30x; 264.0 vs 271.9 without), pp512 13,754 vs 10,268 (1.34x; 0.49x without).
+    # BW24_MOE_Q8=0 turns it off (perf rows "no_moe_q8"; "moe_q8" rows ran it while it was opt-in).
+    moe_q8 = os.environ.get("BW24_MOE_Q8", "1") != "0"
     # A mixture of experts' router matvec (F32, 128 x 2048 on the 30B-A3B) and its top-k (moe_route) in one
-    # launch, moe_router (ops/cuda/moe.py fused_router; perf rows "moe_router"). Opt-in until measured: at
-    # 8128fa9 (BW24_MOE_Q8=1, BW24_PDL=0 profile) the router's qmv took 3.8 us and moe_route 4.9 us a layer,
-    # 415 of the 30B-A3B's 2,415 us a token.
-    moe_router_fuse = os.environ.get("BW24_MOE_ROUTER", "0") == "1"
+    # launch, moe_router (ops/cuda/moe.py fused_router): at 8128fa9 (BW24_MOE_Q8=1, BW24_PDL=0 profile) the
+    # router's qmv took 3.8 us and moe_route 4.9 us a layer, 415 of the 30B-A3B's 2,415 us a token. The
+    # default since 2c3a1bc (above); BW24_MOE_ROUTER=0 turns it off (perf rows "no_moe_router").
+    moe_router_fuse = os.environ.get("BW24_MOE_ROUTER", "1") != "0"
     # A mixture of experts' prefill FFN as grouped GEMMs on tensor cores with the routing read on the device
-    # (ops/cuda/moe_prefill.py grouped_ffn, kernels/moe_mm.cu; perf rows "moe_grouped"): five launches a layer
-    # whatever the routing, no host sync. Opt-in until measured: at 8128fa9 the 30B-A3B's pp512 ran 85.9 ms
-    # for 46.4 ms of kernels (the host planned each layer's expert chunks after reading its routing, while the
-    # GPU waited), 12.1 + 2.7 ms of them dequantizing experts to fp16 for cuBLAS.
-    moe_grouped = os.environ.get("BW24_MOE_GROUPED", "0") == "1"
+    # (ops/cuda/moe_prefill.py grouped_ffn, kernels/moe_mm.cu): five launches a layer whatever the routing, no
+    # host sync, so MoE chunks take prefill graphs too. At 8128fa9 the 30B-A3B's pp512 ran 85.9 ms for 46.4 ms
+    # of kernels (the host planned each layer's expert chunks after reading its routing, while the GPU
+    # waited), 12.1 + 2.7 ms of them dequantizing experts to fp16 for cuBLAS. The default since 2c3a1bc
+    # (above; alone at 2f60de3: pp512 13,862 vs 10,182, pp4096 15,793 vs 9,732); BW24_MOE_GROUPED=0 turns it
+    # off (perf rows "no_moe_grouped").
+    moe_grouped = os.environ.get("BW24_MOE_GROUPED", "1") != "0"
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
     # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits (kernel-check's
     # "x_to_half regs == loop" cases). At b6232b5 the conversions took 2.8 of the 8B's 29.8 ms of pp512 kernels
@@ -314,11 +322,12 @@ class CudaOps(Ops):
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
-                                      ("moe_q8", self.moe_q8), ("moe_router", self.moe_router_fuse),
-                                      ("moe_grouped", self.moe_grouped),
+                                      ("no_moe_q8", not self.moe_q8), ("no_moe_router", not self.moe_router_fuse),
+                                      ("no_moe_grouped", not self.moe_grouped),
                                       ("no_xh_regs", not self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
+                                      (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
                                       ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),

@@ -16,6 +16,7 @@ A q8 request for a format the q8 kernels lack (F32/F16/BF16) falls back to "f32"
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gguf.constants import GGMLQuantizationType as Q
@@ -70,7 +71,29 @@ def check_config(cfg: dict) -> tuple[int, int]:
 # K >= 2048 (8B-class layers: 1.8-2x the f32 path's GB/s) and vocabulary heads (N >= 100k: 2x);
 # narrower layers (K = 576..1536, the small real models) are launch-bound either way and keep fp32
 # activations, so the small real models' GPU output stays that of the fp32 CPU reference.
-Q8_MIN_K = 2048
+# That sweep timed eager launches (a ~4 us floor: 4096 x 1024 took 4.0 us on either path); the graphs' profile
+# since (a6dcfe3, BW24_PDL=0) has the 0.6B's K = 1024 Q/K/V and gate/up on the fp32 path (qmv3) at 5.4-6.3 us a
+# launch, 313 of its 959 us of kernels a token, against 2.2-2.4 us for its q8 matvecs of 2048-3072 columns.
+# BW24_Q8_MIN_K=N measures another threshold (a multiple of 32; perf rows record "q8_min_k_N"): the rmsnorm
+# ahead of those matvecs then leaves their int8 codes too (q8.feeds_q8), and the gate holds them to the int8
+# half's bound as every q8 weight.
+Q8_MIN_K_DEFAULT = 2048
+
+
+def q8_min_k(env: str | None) -> int:
+    """BW24_Q8_MIN_K's value (None: the default), refused unless a positive multiple of 32 (the q8 group)."""
+    if env is None:
+        return Q8_MIN_K_DEFAULT
+    try:
+        k = int(env)
+    except ValueError:
+        k = 0
+    if k <= 0 or k % 32:
+        raise ValueError(f"BW24_Q8_MIN_K={env!r}: give a positive multiple of 32 (the default is {Q8_MIN_K_DEFAULT})")
+    return k
+
+
+Q8_MIN_K = q8_min_k(os.environ.get("BW24_Q8_MIN_K"))
 Q8_MIN_N = 100_000
 
 

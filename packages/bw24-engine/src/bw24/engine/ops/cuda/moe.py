@@ -6,7 +6,7 @@ projection and the weighted combine + residual, one launch). No host sync, so a 
 is captured as one graph like the dense models. Prefill (T > 16) replaces the expert matvecs by
 per-expert GEMMs after one host read of the routing (moe_prefill.py), then moe_combine.
 
-On the int8 path (q8_experts: BW24_MOE_Q8=1 puts the whole model's activations there, as a dense model's),
+On the int8 path (q8_experts: BW24_MOE_Q8, the default since 2c3a1bc, puts the whole model's activations there),
 moe_gu8 reads x's quantization (left by the fused rmsnorm_reg, else one quantize_x) and leaves h's (the last
 block of each 32-row group quantizes it, re-arming a ticket), moe_down8 reads that: the same 4 launches,
 integer group dots (kernels/qdot_q8.cuh).
@@ -82,8 +82,8 @@ ROUTER_WARPS = 4  # moe_router: router rows (one a warp) per block
 
 
 def fused_router(ops, router, x) -> bool:
-    """moe_router (the router matvec and moe_route in one launch) for this call: BW24_MOE_ROUTER=1
-    (ops.moe_router_fuse), decode / verify rows, an F32 router, and float4 rows (E % 4 == 0, x 16-byte aligned)."""
+    """moe_router (the router matvec and moe_route in one launch) for this call: BW24_MOE_ROUTER (the default;
+    =0 off: ops.moe_router_fuse), decode / verify rows, an F32 router, and float4 rows (E % 4 == 0, x 16-byte aligned)."""
     T, E = x.shape
     return bool(ops.moe_router_fuse and T <= PREFILL_T and router.fmt == 0 and E % 4 == 0 and x.data.ptr % 16 == 0)
 

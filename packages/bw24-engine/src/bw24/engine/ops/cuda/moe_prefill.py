@@ -97,7 +97,7 @@ MM_BM, MM_BN = 64, 64  # moe_mm.cu: routed rows a tile, output columns a block
 
 
 def grouped(ops, gate_exps, up_exps, E: int, F: int) -> bool:
-    """grouped_ffn for this layer: BW24_MOE_GROUPED=1 (ops.moe_grouped), fp16 products (the split precision
+    """grouped_ffn for this layer: BW24_MOE_GROUPED (ops.moe_grouped, the default; =0 off), fp16 products (the split precision
     of the gate's exact half keeps expert_ffn), gate and up of one format (one GLU kernel reads both), rows
     of whole 32-column groups."""
     return bool(ops.moe_grouped and not is_split(ops, q8=False) and gate_exps.qtype == up_exps.qtype

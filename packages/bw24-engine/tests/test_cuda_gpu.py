@@ -49,9 +49,10 @@ def _green_then_red(seed: int, only: str, variant: str, red_only: str, n_red: in
 
 
 def test_moe_grouped_cases_green_and_planted_bug_red():
-    """BW24_MOE_GROUPED's cases (the prefill FFN as grouped GEMMs on the device's routing) are green; the planted
-    off-by-one (moe_mm never reads its last 32-column group) turns all four red."""
-    _green_then_red(37, "moe grouped", "planted_bug", "moe grouped", 4)
+    """BW24_MOE_GROUPED's cases (the prefill FFN as grouped GEMMs on the device's routing, and with
+    BW24_MOE_MM_KG's 2 and 4 groups a stage) are green; the planted off-by-one (moe_mm never reads its last
+    32-column group, whatever its KG) turns all six red."""
+    _green_then_red(37, "moe grouped", "planted_bug", "moe grouped", 6)
 
 
 def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():

@@ -634,10 +634,11 @@ class GroupedEmu:
     """Executes grouped_ffn's launches with NumPy twins of moe_group, x_to_half and moe_mm (fp16 rows and
     weights, products in float64 then float32); a host read of the device (a sync) fails the test."""
 
-    def __init__(self):
+    def __init__(self, moe_mm_kg: int = 1):
         self.scratch: dict[str, np.ndarray] = {}
         self.launches: list[tuple[str, tuple, int]] = []
         self.xh_regs = True
+        self.moe_mm_kg = moe_mm_kg  # BW24_MOE_MM_KG
 
     def _buf(self, key, n, dtype=np.float32, *, zeroed=False):
         a = self.scratch.get(key)
@@ -681,10 +682,13 @@ class GroupedEmu:
         xh[: rows.size] = (rows * np.ldexp(1.0, -e)[:, None]).astype(np.float16).ravel()
 
     def moe_mm(self, tp, grid, args):
-        fmt, glu = int(tp[0]), tp[1] == "true"
+        fmt, glu, kg = int(tp[0]), tp[1] == "true", int(tp[2])
         pw, pu = args[0], args[4]
         assert pw.fmt == fmt and pu.fmt == fmt  # the instance decodes the weights' own format
         N, K, xh, sx, rdiv, perm, off, te, tr, nt, act, out = args[8:]
+        from bw24.engine.ops.cuda.moe_prefill import MM_KG
+
+        assert (K // 32) % kg == 0 and kg in MM_KG[glu]  # whole stages, an instance kernels.py compiles
         assert grid[0] == -(-N // 64) and grid[1] >= nt[0]
         ws = [np.asarray(w.w, np.float16).astype(np.float64).reshape(-1, N, K) for w in ((pw, pu) if glu else (pw,))]
         A = np.asarray(xh).reshape(-1, K).astype(np.float64)
@@ -697,13 +701,15 @@ class GroupedEmu:
             out.reshape(-1, N)[slots] = y
 
 
-@pytest.mark.parametrize("qts,T,X,k,E,F", [((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, 16, 4, 256, 256),
-                                          ((Q.Q8_0, Q.Q8_0, Q.Q4_0), 150, 6, 3, 544, 160)],
+@pytest.mark.parametrize("kg", [1, 4])
+@pytest.mark.parametrize("qts,T,X,k,E,F,kg4", [((Q.Q4_K, Q.Q4_K, Q.Q6_K), 40, 16, 4, 256, 256, (2, 4)),
+                                              ((Q.Q8_0, Q.Q8_0, Q.Q4_0), 150, 6, 3, 544, 160, (1, 1))],
                          ids=lambda v: getattr(v, "name", None))
-def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X, k, E, F):
-    """grouped_ffn: moe_group, x_to_half, moe_mm<gate, GLU>, x_to_half of h, moe_mm<down> (argument lists checked
-    against the kernels' signatures, grids against the tiles), no host read of the routing; its d rows, summed by
-    the reference's combine, meet ref.moe at the fp16 GEMM tolerance."""
+def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X, k, E, F, kg4, kg):
+    """grouped_ffn: moe_group, x_to_half, moe_mm<gate, GLU, KG>, x_to_half of h, moe_mm<down, KG> (argument lists
+    checked against the kernels' signatures, grids against the tiles), no host read of the routing; its d rows,
+    summed by the reference's combine, meet ref.moe at the fp16 GEMM tolerance. BW24_MOE_MM_KG=4: the GLU form
+    takes its largest instance (2), the down form 4 (160 and 544 columns: 5 and 17 groups, so KG = 1 there)."""
     from bw24.engine.kernel_check import TOL
     from bw24.engine.ops.cuda import moe_prefill as MP
 
@@ -716,12 +722,13 @@ def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X,
 
     routes = route(logits, k, True)
     sel = np.concatenate([s for s, _ in routes]).astype(np.int32)
-    emu = GroupedEmu()
+    emu = GroupedEmu(kg)
     d = np.full((T * k, E), np.nan, f32)
     gw, uw, dw = (FakeW(t) for t in tis)
     MP.grouped_ffn(emu, x, sel, gw, uw, dw, k, "silu", d)
-    assert [n for n, *_ in emu.launches] == ["moe_group", "x_to_half", f"moe_mm<{gw.fmt},true>", "x_to_half",
-                                             f"moe_mm<{dw.fmt},false>"]
+    kgs = kg4 if kg == 4 else (1, 1)
+    assert [n for n, *_ in emu.launches] == ["moe_group", "x_to_half", f"moe_mm<{gw.fmt},true,{kgs[0]}>", "x_to_half",
+                                             f"moe_mm<{dw.fmt},false,{kgs[1]}>"]
     got = np.zeros((T, E), f32)
     for t, (_, w) in enumerate(routes):
         for j in range(k):
@@ -732,5 +739,8 @@ def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X,
     res = compare("grouped", "gemm16", got, want)
     assert res.ok and res.rel > TOL["matmul"] / 100, res.line()  # within fp16's class, and really rounded
     assert MP.grouped(SimpleNamespace(moe_grouped=True, prefill_precision="fp16"), gw, uw, E, F)
+    assert [MP.mm_kg(w, 2048, True) for w in (1, 2, 4)] == [1, 2, 2]  # the 30B-A3B's gate/up: 64 groups
+    assert [MP.mm_kg(w, 768, False) for w in (1, 2, 4)] == [1, 2, 4]  # its down: 24 groups
+    assert [MP.mm_kg(4, K, False) for K in (160, 192, 544, 640)] == [1, 2, 1, 4]
     assert not MP.grouped(SimpleNamespace(moe_grouped=True, prefill_precision="split"), gw, uw, E, F)
     assert not MP.grouped(SimpleNamespace(moe_grouped=False, prefill_precision="fp16"), gw, uw, E, F)

@@ -622,3 +622,20 @@ def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, 
         [("x_to_half", (40,), 1024, 0), ("x_to_half", (40,), 1024, 1)]
     ops.xh_regs = False
     assert "no_xh_regs" in ops.opt_in()
+
+
+def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch):
+    """BW24_MOE_MM_KG (the grouped MoE GEMMs' 32-column groups a stage): 1 by default, 2 or 4 taken and recorded in
+    perf rows, anything else a clear error naming the variable."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.moe_mm_kg == 1
+    for bad in ("0", "3", "8", "two"):
+        monkeypatch.setattr(CudaOps, "moe_mm_kg_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_MOE_MM_KG='{bad}'"):
+            CudaOps()
+    ops = CudaOps.__new__(CudaOps)
+    ops.moe_mm_kg_env = "4"
+    assert "moe_mm_kg_4" in CudaOps.opt_in(ops)
+    ops.moe_mm_kg_env = "1"
+    assert not any(o.startswith("moe_mm_kg") for o in CudaOps.opt_in(ops))

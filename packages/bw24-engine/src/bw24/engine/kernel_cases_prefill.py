@@ -89,10 +89,12 @@ def ffn_glu_case(qt, T: int, act: str, precision: str = "split") -> Case:
     return run
 
 
-def moe_grouped_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int) -> Case:
+def moe_grouped_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, kg: int = 1) -> Case:
     """BW24_MOE_GROUPED (ops/cuda/moe_prefill.py grouped_ffn: moe_group, moe_mm) against ref.moe at the fp16 GEMM's
     tolerance. The router's own prefill product runs split (fp32-like), so a near-tied route cannot flip against
-    the reference's: the case holds the experts' GEMMs, not the router's rounding."""
+    the reference's: the case holds the experts' GEMMs, not the router's rounding. kg > 1 (BW24_MOE_MM_KG): that
+    launch against the reference, then against the KG = 1 launch's output bit for bit (moe_mm.cu: every KG runs
+    the same mma in the same order)."""
     def run(name, ref, cu, rng):
         from .ops.cuda import moe_prefill
 
@@ -110,14 +112,24 @@ def moe_grouped_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int) -> Cas
                 orig(w, xx, **kw)
         launched = []
         kern = cu._k
-        out = _dev(cu, r)
-        with setting(cu, "prefill_precision", "fp16"), setting(cu, "moe_grouped", True), \
-                setting(cu, "matmul", router_split), setting(cu, "_k", lambda f, n: (launched.append(n), kern(f, n))[1]):
-            assert moe_prefill.grouped(cu, ws[1], ws[2], E, F)
-            cu.moe(_dev(cu, x), *ws, n_used=k, norm_weights=True, act="silu", out=out, residual=out)
-        if "moe_group" not in launched:
+
+        def grouped(stages: int):
+            out = _dev(cu, r)
+            with setting(cu, "prefill_precision", "fp16"), setting(cu, "moe_grouped", True), \
+                    setting(cu, "moe_mm_kg", stages), setting(cu, "matmul", router_split), \
+                    setting(cu, "_k", lambda f, n: (launched.append(n), kern(f, n))[1]):
+                assert moe_prefill.grouped(cu, ws[1], ws[2], E, F)
+                cu.moe(_dev(cu, x), *ws, n_used=k, norm_weights=True, act="silu", out=out, residual=out)
+            return cu.to_host(out)
+        got = grouped(kg)
+        want_kg = [f"moe_mm<{ws[1].fmt},true,{moe_prefill.mm_kg(kg, E, True)}>",
+                   f"moe_mm<{ws[3].fmt},false,{moe_prefill.mm_kg(kg, F, False)}>"]
+        if "moe_group" not in launched or not set(want_kg) <= set(launched):
             return compare(name + " (moe_mm not launched)", "exact", np.array([0.0]), np.array([1.0]))
-        return compare(name, "gemm16", cu.to_host(out), want)
+        res = compare(name, "gemm16", got, want)
+        if kg == 1 or not res.ok:
+            return res
+        return compare(name + " == KG=1 bitwise", "exact", got, grouped(1))
     return run
 
 
@@ -240,6 +252,10 @@ def cases() -> Iterator[tuple[str, Case]]:
                                ((Q.Q4_K, Q.Q4_K), 300, 8, 2, 256, 768), ((Q.F16, Q.F16), 20, 4, 2, 64, 96)):
         yield f"moe grouped {qts[0].name}/{qts[0].name}/{qts[1].name} T={T} X={X} k={k} E={E} F={F} +res", \
             moe_grouped_case(qts[0], qts[1], T, X, k, E, F)
+    # BW24_MOE_MM_KG: 2 groups a stage for gate/up (E = 512: 16 groups), 4 for down (F = 768: the 30B-A3B's 24)
+    for qts, kg in (((Q.Q4_K, Q.Q6_K), 2), ((Q.Q4_K, Q.Q4_K), 4)):
+        yield f"moe grouped {qts[0].name}/{qts[0].name}/{qts[1].name} T=96 X=16 k=4 E=512 F=768 +res KG={kg}", \
+            moe_grouped_case(qts[0], qts[1], 96, 16, 4, 512, 768, kg)
     # 3 experts of the K-quant test shapes (256 x 256, split halves) a chunk: many chunks of unequal padding
     yield "prefill moe Q4_K  T=64 X=32 k=4 norm +res, 3 experts a chunk", \
         budget_case(moe_case(Q.Q4_K, 64, 32, 4, True, True), "moe_prefill", "MOE_SCRATCH", 3 * 256 * 256 * 2 * 2)

@@ -253,6 +253,13 @@ class CudaOps(Ops):
     # (above; alone at 2f60de3: pp512 13,862 vs 10,182, pp4096 15,793 vs 9,732); BW24_MOE_GROUPED=0 turns it
     # off (perf rows "no_moe_grouped").
     moe_grouped = os.environ.get("BW24_MOE_GROUPED", "1") != "0"
+    # 32-column groups a stage of the grouped GEMMs (moe_mm.cu KG; moe_prefill.mm_kg takes the largest instance
+    # <= it that divides K's groups: 2 for the GLU form, 4 for down at most), the same bits whatever it is.
+    # At 2c3a1bc the 30B-A3B's pp512 spent 16.8 ms of its 39.0 in the GLU moe_mm at KG = 1 (~350 us a layer
+    # for 226 MB of expert weights: each stage waited on one group's loads between two barriers). Opt-in
+    # until measured (BW24_MOE_MM_KG=2 or 4; perf rows "moe_mm_kg_N").
+    moe_mm_kg_env = os.environ.get("BW24_MOE_MM_KG", "1")
+    moe_mm_kg = 1  # the value __init__ checked
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
     # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits (kernel-check's
     # "x_to_half regs == loop" cases). At b6232b5 the conversions took 2.8 of the 8B's 29.8 ms of pp512 kernels
@@ -324,6 +331,7 @@ class CudaOps(Ops):
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
                                       ("no_moe_q8", not self.moe_q8), ("no_moe_router", not self.moe_router_fuse),
                                       ("no_moe_grouped", not self.moe_grouped),
+                                      (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "1"),
                                       ("no_xh_regs", not self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
@@ -356,6 +364,9 @@ class CudaOps(Ops):
             self.default_max_batch = int(self.ubatch_env)
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
+        if self.moe_mm_kg_env not in ("1", "2", "4"):
+            raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1 (the default), 2 or 4")
+        self.moe_mm_kg = int(self.moe_mm_kg_env)
         if self.attn_decode_env is not None:
             from .attn import ATTN_SPACE
 

@@ -64,7 +64,9 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),
     # MoE prefill as grouped GEMMs on the device's routing (BW24_MOE_GROUPED, ops/cuda/moe_prefill.py
     # grouped_ffn): gate/up (GLU) and down per weight format (+ extern "C" moe_group)
-    "moe_mm.cu": tuple(f"moe_mm<{f},{glu}>" for f in range(10) for glu in ("true", "false")),
+    # (KG: 32-column groups a stage, BW24_MOE_MM_KG; the GLU form's shared rows fit 48 KiB up to 2)
+    "moe_mm.cu": tuple(f"moe_mm<{f},{glu},{kg}>" for f in range(10) for glu, kgs in (("true", (1, 2)), ("false", (1, 2, 4)))
+                       for kg in kgs),
     "attention_prefill.cu": sum((attn_instances([(64, 64, g) for g in (1, 3, 5, 7)]
                                                 + [(128, 128, g) for g in (1, 2, 4, 6, 8)]
                                                 + [(256, 256, g) for g in (2, 4)], half=h) for h in (False, True)), ()),

@@ -94,6 +94,15 @@ def chunk_maps(sel_h: np.ndarray, counts: np.ndarray, chunks, k: int) -> list[tu
 
 
 MM_BM, MM_BN = 64, 64  # moe_mm.cu: routed rows a tile, output columns a block
+# moe_mm.cu's KG instances (32-column groups a stage) per form: the GLU form stages two weights' rows, and its
+# shared rows fit the 48 KiB of static shared memory up to KG = 2; the down form up to 4
+MM_KG = {True: (2, 1), False: (4, 2, 1)}
+
+
+def mm_kg(want: int, K: int, glu: bool) -> int:
+    """The KG a moe_mm launch takes: the largest instance of its form <= want (ops.moe_mm_kg, BW24_MOE_MM_KG)
+    that divides K's 32-column groups (every KG gives the same bits: moe_mm.cu)."""
+    return next(kg for kg in MM_KG[glu] if kg <= want and (K // 32) % kg == 0)
 
 
 def grouped(ops, gate_exps, up_exps, E: int, F: int) -> bool:
@@ -121,11 +130,12 @@ def grouped_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d)
     xh, _, sx = to_half(ops, x, False)
     h = ops._buf("moe_pg", S * F).reshape(S, F)
     tiles = (perm, off, te, tr, nt)
-    ops._launch(ops._k("moe_mm.cu", f"moe_mm<{gate_exps.fmt},true>"), (-(-F // MM_BN), maxt), 128,
+    want = ops.moe_mm_kg
+    ops._launch(ops._k("moe_mm.cu", f"moe_mm<{gate_exps.fmt},true,{mm_kg(want, E, True)}>"), (-(-F // MM_BN), maxt), 128,
                 (*gate_exps.args(), *up_exps.args(), np.int32(F), np.int32(E), xh, sx, np.int32(k), *tiles,
                  np.int32(ACTIVATIONS.index(act)), h))
     hh, _, sh = to_half(ops, h, False)  # (x's halves are consumed: to_half's buffers are reused)
-    ops._launch(ops._k("moe_mm.cu", f"moe_mm<{down_exps.fmt},false>"), (-(-E // MM_BN), maxt), 128,
+    ops._launch(ops._k("moe_mm.cu", f"moe_mm<{down_exps.fmt},false,{mm_kg(want, F, False)}>"), (-(-E // MM_BN), maxt), 128,
                 (*down_exps.args(), *down_exps.args(), np.int32(E), np.int32(F), hh, sh, np.int32(1), *tiles,
                  np.int32(0), d))
 

@@ -512,15 +512,24 @@ def test_ubatch_env_sets_the_prefill_chunk(monkeypatch):
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert (CudaOps.default_max_batch, CudaOps.logit_rows, Ops.default_max_batch, Ops.logit_rows) == (2048, 128, 128, None)
-    for bad in ("0", "-4", "2k", "99999"):
-        monkeypatch.setattr(CudaOps, "ubatch_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_UBATCH='{bad}'"):
+    # "2048": the default, set by name: not a variant of the cell
+    _env_refused_or_recorded(monkeypatch, "ubatch_env", "BW24_UBATCH", ("0", "-4", "2k", "99999"), "512", "2048", "ubatch")
+
+
+def _env_refused_or_recorded(monkeypatch, attr, var, bads, good, default, label):
+    """CudaOps.<attr> (the variable var): each bad value refused by a ValueError naming var and the value; good
+    recorded in perf rows as label_<good>, the default not at all."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    for bad in bads:
+        monkeypatch.setattr(CudaOps, attr, bad)
+        with pytest.raises(ValueError, match=f"{var}='{bad}'"):
             CudaOps()
     ops = CudaOps.__new__(CudaOps)
-    ops.ubatch_env = "512"
-    assert "ubatch_512" in CudaOps.opt_in(ops)
-    ops.ubatch_env = "2048"  # the default, set by name: not a variant of the cell
-    assert not any(o.startswith("ubatch") for o in CudaOps.opt_in(ops))
+    setattr(ops, attr, good)
+    assert f"{label}_{good}" in CudaOps.opt_in(ops)
+    setattr(ops, attr, default)
+    assert not any(o.startswith(label) for o in CudaOps.opt_in(ops))
 
 
 def test_cublas_direct_finds_libcublas_not_lt():
@@ -630,12 +639,4 @@ def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch):
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.moe_mm_kg == 1
-    for bad in ("0", "3", "8", "two"):
-        monkeypatch.setattr(CudaOps, "moe_mm_kg_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_MOE_MM_KG='{bad}'"):
-            CudaOps()
-    ops = CudaOps.__new__(CudaOps)
-    ops.moe_mm_kg_env = "4"
-    assert "moe_mm_kg_4" in CudaOps.opt_in(ops)
-    ops.moe_mm_kg_env = "1"
-    assert not any(o.startswith("moe_mm_kg") for o in CudaOps.opt_in(ops))
+    _env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "4", "1", "moe_mm_kg")

@@ -120,16 +120,17 @@ def _synth(tmp_path_factory, name):
 
 
 def test_qwen3moe_tiny_gpu_equals_cpu(tmp_path_factory, monkeypatch):
-    """MoE on the device on its exact paths (BW24_MOE_Q8=0, BW24_MOE_GROUPED=0: fp32 activations, the
-    host-planned split-precision experts): prefill logits, 32 greedy tokens vs the NumPy engine, graph == eager.
+    """MoE on the device on the paths it had before 2c3a1bc (BW24_MOE_Q8=0, BW24_MOE_ROUTER=0, BW24_MOE_GROUPED=0:
+    fp32 activations, the router as a matvec, the host-planned experts): prefill logits, 32 greedy tokens vs the
+    NumPy engine, graph == eager.
     The defaults (int8 experts, the fused router, the grouped fp16 prefill) round, so they are held to the
     run-gen gate instead (test_qwen3moe_tiny_defaults_graph_equals_eager_and_gate)."""
     from bw24.engine import Engine
     from bw24.engine.graph import greedy_decode
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    monkeypatch.setattr(CudaOps, "moe_q8", False)
-    monkeypatch.setattr(CudaOps, "moe_grouped", False)
+    for path in ("moe_q8", "moe_router_fuse", "moe_grouped"):
+        monkeypatch.setattr(CudaOps, path, False)
     path = _synth(tmp_path_factory, "qwen3moe-tiny")
     gpu = Engine.load(str(path), backend="cuda", n_ctx=320, progress=False)
     assert not gpu.ops.quantizes_activations

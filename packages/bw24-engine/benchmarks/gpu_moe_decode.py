@@ -86,6 +86,10 @@ def main(sweep: bool = True) -> None:
     from gguf.constants import GGMLQuantizationType as Q
 
     cu, rng = CudaOps(), np.random.default_rng(0)
+    # the paths this table times stage by stage (new_layer's stages 0-1 spell out the router matvec, moe_route
+    # and the fp32 moe_gu): the defaults since 2c3a1bc (int8 experts, the fused router) off; the sweep below
+    # turns the int8 experts on for its own half
+    cu.moe_q8 = cu.moe_router_fuse = False
     print(f"building X={X} experts (E={E}, F={F}) on the host ...", flush=True)
     ge = cu.weight_from_raw("gate_exps", random_raw(Q.Q4_K, X * F, E, rng), Q.Q4_K, (X, F, E))
     ue = cu.weight_from_raw("up_exps", random_raw(Q.Q4_K, X * F, E, rng), Q.Q4_K, (X, F, E))

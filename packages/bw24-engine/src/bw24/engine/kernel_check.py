@@ -115,6 +115,10 @@ def run_cases(seed: int, variant: str = "", out=print, only: str | None = None) 
     from .ops.ref import RefOps
 
     ref, cu = RefOps(), CudaOps(variant=variant)
+    # Each MoE case names its path and switches it on itself (setting / opted: "moe decode q8", "moe router
+    # fused", "moe grouped"); the rest hold the fp32 experts, the router matvec + moe_route and the host-planned
+    # prefill to the fp32 reference, whatever the backend's defaults (all three on since 2c3a1bc).
+    cu.moe_q8 = cu.moe_router_fuse = cu.moe_grouped = False
     rng = np.random.default_rng(seed)
     results = []
     for name, fn in cases():

@@ -227,6 +227,17 @@ class HostDev(np.ndarray):
         return SimpleNamespace(ptr=self.ctypes.data)
 
 
+def fresh_python(code: str, drop: str, **env: str) -> str:
+    """stdout of `code` run in a fresh interpreter, as a user's process reads variables at import: this one's
+    environment without the variables whose names start with `drop`, then `env` set."""
+    import os
+    import subprocess
+
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(drop)} | env
+    return subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
+                          check=True).stdout
+
+
 @pytest.fixture(scope="session")
 def helpers():
     return sys.modules[__name__]

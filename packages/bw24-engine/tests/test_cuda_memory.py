@@ -4,9 +4,6 @@ clear typed error (the GPU test proves it fires before any upload)."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -71,15 +68,12 @@ def test_scratch_growth_hands_the_pool_back():
 
 
 @pytest.mark.parametrize("value", [None, "1", "0"])
-def test_moe_paths_default_on_and_env_zero_turns_them_off(value):
+def test_moe_paths_default_on_and_env_zero_turns_them_off(value, helpers):
     """BW24_MOE_Q8, BW24_MOE_ROUTER and BW24_MOE_GROUPED are on unless set to 0 (the defaults since the pinned
     gate MATCHed them at 2c3a1bc), read in a fresh interpreter as a user's process reads them."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BW24_MOE_")}
-    if value is not None:
-        env.update(BW24_MOE_Q8=value, BW24_MOE_ROUTER=value, BW24_MOE_GROUPED=value)
-    code = ("from bw24.engine.ops.cuda.backend import CudaOps as C; "
-            "print(C.moe_q8, C.moe_router_fuse, C.moe_grouped, C.moe_q8_attn)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    env = {} if value is None else dict(BW24_MOE_Q8=value, BW24_MOE_ROUTER=value, BW24_MOE_GROUPED=value)
+    out = helpers.fresh_python("from bw24.engine.ops.cuda.backend import CudaOps as C; "
+                               "print(C.moe_q8, C.moe_router_fuse, C.moe_grouped, C.moe_q8_attn)", "BW24_MOE_", **env)
     on = value != "0"
     assert out.split() == [str(on), str(on), str(on), "False"]
 

@@ -153,24 +153,17 @@ def test_q8_min_k_reads_its_variable_and_refuses_a_bad_one():
 
 
 @pytest.mark.parametrize("value", [None, "1024"])
-def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value):
+def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value, helpers):
     """BW24_Q8_MIN_K=1024 (a fresh interpreter, as a measured run reads it): the 0.6B's K = 1024 Q/K/V and
     gate/up plan the q8 path, the rmsnorm ahead of them leaves their codes (feeds_q8), perf rows say so;
     smollm2's K = 576 stays fp32. Without it those layers keep the fp32 path."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "BW24_Q8_MIN_K"}
-    if value is not None:
-        env["BW24_Q8_MIN_K"] = value
     code = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
             "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
             "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
             "c = QmvConfigs(Tuning()); o = CudaOps.__new__(CudaOps); "
             "print(c.plan(Q.Q4_K, 4096, 1024)[0], c.plan(Q.Q4_1, 1536, 576)[0], "
             "feeds_q8(np.zeros((1, 1024), np.float32)), [p for p in o.opt_in() if p.startswith('q8_min')])")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = helpers.fresh_python(code, "BW24_Q8_MIN_K", **({} if value is None else {"BW24_Q8_MIN_K": value}))
     if value is None:
         assert out.strip() == "f32 f32 False []"
     else:

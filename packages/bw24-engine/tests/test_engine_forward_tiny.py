@@ -152,6 +152,53 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
     assert log == [] and flags == {False} and "_prefill_graphs" not in moe.__dict__
 
 
+def test_all_logits_and_hidden_feeds_leave_the_graphs_cache(tiny, helpers):
+    """A chunk fed eagerly for its hidden rows (MTP drafting's prompt) or all its logits, on a model whose chunks
+    of that size take prefill graphs, runs the graphs' kernel choice too (Transformer._eager_chunk), so its cache
+    is plain decode's bit for bit. Here the eager rules' attention is a different kernel (x 1.001, as the
+    flash kernel's bits differ from mma's): at 6e0baa5 the H200's MTP spec run diverged from plain decode at
+    its 88th token that way. Canary: eager chunks without the graphs' kernel choice leave another cache."""
+    from bw24.engine.ops.ref import RefOps
+
+    class TwoKernels(RefOps):
+        prefill_graphs, graph_rows, _scratch_gen, in_prefill_graph = True, 2, 0, False
+
+        def capture(self, step):
+            def run():
+                step()
+
+            run.graph_state = {"g": None}
+            return run
+
+        def attention(self, *a, **kw):
+            RefOps.attention(self, *a, **kw)
+            if not self.in_prefill_graph and kw["out"].shape[0] > self.graph_rows:  # the eager rules' kernel
+                kw["out"] *= np.float32(1.001)
+
+    ids = np.random.default_rng(6).integers(0, 300, 20)
+
+    def caches(canary: bool = False) -> tuple[list, list, list]:
+        m = helpers.build_model(tiny["qwen3"], n_ctx=64, max_batch=7, ops=TwoKernels())
+        if canary:  # eager chunks on the eager rules, as before the fix
+            m._eager_chunk = m.forward
+        m.feed(ids)  # graphs: plain decode's prefill
+        want = [np.array(m.kv.k[i]) for i in range(m.cfg.n_layer)]
+        hid: list = []
+        m.kv.reset()
+        m.feed(ids, hidden=hid)
+        got = [np.array(m.kv.k[i]) for i in range(m.cfg.n_layer)]
+        m.kv.reset()
+        m.feed(ids, all_logits=True)
+        got_all = [np.array(m.kv.k[i]) for i in range(m.cfg.n_layer)]
+        assert len(hid) == 3 and not m.ops.in_prefill_graph
+        return want, got, got_all
+
+    want, got, got_all = caches()
+    assert all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in zip(want, got, got_all, strict=True))
+    want, got, got_all = caches(canary=True)
+    assert not np.array_equal(want[-1], got[-1]) and not np.array_equal(want[-1], got_all[-1])
+
+
 def test_sliding_window_changes_gemma3_logits(tiny, helpers):
     """Canary for the window plumbing: gemma3 with the window disabled must give other logits."""
     ids = np.random.default_rng(2).integers(0, 300, 12)

@@ -50,6 +50,34 @@ def test_spec_cuda_greedy_identical(engines, k):
             assert dec.stats.acceptance == 1.0, "draft = target must accept every draft"
 
 
+def test_spec_cuda_prompt_cache_equals_plain_decodes(engines):
+    """MTP drafting feeds the prompt for its hidden rows (spec.runner.prefill), eagerly; plain decode's prompt
+    runs as prefill graphs. The cache must be the same bits: at 6e0baa5 the eager chunk took the flash
+    attention and the graph the mma one, and the H200's MTP spec run on the synthetic 8B diverged from plain
+    decode at its 88th token (this module's 48 tokens on the tiny model had not flipped). Canary: eager chunks
+    without the graphs' kernel choice (Transformer._eager_chunk bypassed) leave another cache."""
+    eng, _ = engines
+    m = eng.model
+    ids = eng.tokenizer.encode(PROMPT * 4, add_special=True)
+    assert m._graphed(len(ids)), "the prompt must be long enough for a prefill graph"
+
+    def cache(**kw) -> list[np.ndarray]:
+        m.kv.reset()
+        m.feed(ids, **kw)
+        return [eng.ops.to_host(a) for i in range(m.cfg.n_layer) for a in (m.kv.k[i], m.kv.v[i])]
+
+    plain = cache()
+    assert all(np.array_equal(a, b) for a, b in zip(plain, cache(), strict=True))  # the graph's replay too
+    for kw in (dict(hidden=[]), dict(all_logits=True)):
+        assert all(np.array_equal(a, b) for a, b in zip(plain, cache(**kw), strict=True)), f"feed({kw})"
+    m._eager_chunk = m.forward  # the canary: the eager rules' kernels
+    try:
+        assert not all(np.array_equal(a, b) for a, b in zip(plain, cache(hidden=[]), strict=True))
+    finally:
+        del m._eager_chunk
+    m.kv.reset()
+
+
 def test_spec_cuda_verify_argmax_kernel_matches_numpy(engines):
     eng, _ = engines
     rng = np.random.default_rng(0)

@@ -7,7 +7,8 @@ Dv head_dim_v, F n_ff, V n_vocab, X experts, S n_ctx.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -137,6 +138,19 @@ class Buffers:
 PREFILL_GRAPH_SIZES = 4  # prefill chunk sizes with a captured graph at a time (Transformer._prefill_graph)
 
 
+@contextmanager
+def position_free(ops: Ops) -> Iterator[None]:
+    """The prefill graphs' kernel choice (CudaOps.in_prefill_graph: the attention's position-free path) for
+    the chunks run inside: a PrefillGraph's eager first run, capture and replays, and the eager chunks of a
+    model whose chunks of that size take graphs (Transformer.feed with all logits or hidden rows), so a
+    prompt leaves the same cache bit for bit whichever way it was fed."""
+    ops.in_prefill_graph = True
+    try:
+        yield
+    finally:
+        ops.in_prefill_graph = False
+
+
 class PrefillGraph:
     """A prefill chunk of T prompt rows as one captured forward, for a backend with
     prefill_graphs (CudaOps; on unless BW24_PREFILL_GRAPH=0): ops.capture runs the first chunk of this size
@@ -162,11 +176,8 @@ class PrefillGraph:
         ops = self.model.ops
         if (self.gen is not None and self.gen != ops._scratch_gen) or self.model.kv is not self.kv:
             self._new()  # moved scratch, or another cache swapped in (Engine._exact_cache)
-        ops.in_prefill_graph = True  # eager first run, capture and replays: the same position-free kernels
-        try:
+        with position_free(ops):  # eager first run, capture and replays: the same position-free kernels
             self.run()
-        finally:
-            ops.in_prefill_graph = False
         if self.gen is None and self.run.graph_state["g"] is not None:
             self.gen = ops._scratch_gen  # the pointers this graph baked in
         return self.out
@@ -242,8 +253,7 @@ class Transformer:
         One PrefillGraph per chunk size, the PREFILL_GRAPH_SIZES most recently used kept: the full chunk of
         a long prompt and a prompt's last, shorter chunk (a 512-token prompt under 2048-token chunks) each
         replay from their second run; a size seen once stays eager (ops.capture's first run)."""
-        o = self.ops
-        if not self.prefill_capturable or not getattr(o, "prefill_graphs", False) or T <= (o.graph_rows or 0):
+        if not self._graphed(T):
             return None
         graphs = self.__dict__.setdefault("_prefill_graphs", {})  # T -> PrefillGraph, least recent first
         g = graphs.pop(T, None)
@@ -253,6 +263,21 @@ class Transformer:
                 graphs.pop(next(iter(graphs)))
         graphs[T] = g
         return g
+
+    def _graphed(self, T: int) -> bool:
+        """Whether this model's prefill chunks of T rows take a PrefillGraph (and its kernel choice)."""
+        o = self.ops
+        return self.prefill_capturable and getattr(o, "prefill_graphs", False) and T > (o.graph_rows or 0)
+
+    def _eager_chunk(self, T: int, last_only: bool) -> Any:
+        """A chunk run outside a PrefillGraph. Where chunks of T rows take graphs (all logits or hidden rows
+        asked for: MTP drafting's prompt), with the graphs' kernel choice, else this cache would differ from
+        plain decode's: at 6e0baa5 the H200's MTP spec run diverged from plain decode at its 88th token, its
+        eager prompt on the flash attention and plain decode's graphs on the mma one."""
+        if not self._graphed(T):
+            return self.forward(T, last_only)
+        with position_free(self.ops):
+            return self.forward(T, last_only)
 
     def check_ids(self, ids: Sequence[int]) -> np.ndarray:
         a = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -281,7 +306,7 @@ class Transformer:
             self.ops.copy_from_host(b.ids, chunk)
             last = s + T == a.size
             graph = self._prefill_graph(T) if not all_logits and hidden is None else None
-            out = graph() if graph is not None else self.forward(T, last_only=not all_logits)
+            out = graph() if graph is not None else self._eager_chunk(T, last_only=not all_logits)
             if hidden is not None:
                 hidden.append(self.ops.to_host(b.h))
             if all_logits or last:

@@ -7,9 +7,10 @@ this sweep's run at a6dcfe3).
     python packages/bw24-engine/benchmarks/gpu_verify_sweep.py OUTDIR [--ts 1,2,3,4,5,8,9] [--rows 1,2,4,8]
         [--path q8|f32] [--shapes 8b|small]
 
---path q8 --shapes small: the q8 kernels (forced: those shapes decode on the fp32 path today) at the small
-models' shapes, to weigh moving the real pair's target (qwen2.5-coder-1.5b, K = 1536) to int8 activations:
-its fp32-path verify costs 3.9x a decode launch at T = 5 and 9.5x at T = 9 (gate+up, a6dcfe3).
+--shapes small: the small models' shapes on the path asked for (forced). They decoded on the fp32 path until
+6e0baa5's run moved K >= 1024 to int8 activations (launch.Q8_MIN_K_DEFAULT); the fp32 path still runs them in
+a MoE model's body and the gate's exact half. The real pair's target's fp32-path verify cost 3.9x a decode
+launch at T = 5 and 9.5x at T = 9 (gate+up, a6dcfe3).
 
 Each (shape, T, R, unroll) first checks that its rows equal T = 1 launches bit for bit (the contract;
 a config that breaks it is reported WRONG and not timed), then times one CUDA graph of one matmul per
@@ -80,8 +81,8 @@ def main() -> int:
     rows, unrolls = [int(r) for r in a.rows.split(",")], [int(u) for u in a.unroll.split(",")]
 
     ops = CudaOps()
-    if small and not f32:  # the small shapes' default path is f32: force the q8 kernels (what is weighed)
-        ops.qmv_configs.force_path = "q8"
+    if small:  # the path asked for, whatever the default (K >= 1024 decodes on q8 since 6e0baa5's run; the fp32
+        ops.qmv_configs.force_path = a.path  # path still runs them in a MoE model's body and the gate's exact half)
     rng = np.random.default_rng(0)
     log = [header().rstrip()]
 

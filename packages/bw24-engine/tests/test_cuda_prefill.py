@@ -634,9 +634,9 @@ def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, 
 
 
 def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch):
-    """BW24_MOE_MM_KG (the grouped MoE GEMMs' 32-column groups a stage): 1 by default, 2 or 4 taken and recorded in
-    perf rows, anything else a clear error naming the variable."""
+    """BW24_MOE_MM_KG (the grouped MoE GEMMs' 32-column groups a stage): 4 by default (since 6e0baa5's run), 1 or 2
+    taken and recorded in perf rows, anything else a clear error naming the variable."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.moe_mm_kg == 1
-    _env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "4", "1", "moe_mm_kg")
+    assert CudaOps.moe_mm_kg == 4
+    _env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "1", "4", "moe_mm_kg")

@@ -132,7 +132,8 @@ def _table(entry: dict) -> Tuning:
 
 def test_path_is_a_policy_of_the_shape_and_the_table_gives_w_r():
     c = QmvConfigs(Tuning())
-    assert c.plan(Q.Q4_K, 4096, 4096)[0] == "q8" and c.plan(Q.Q6_K, 4096, 12288)[0] == "q8"  # K >= 2048
+    assert c.plan(Q.Q4_K, 4096, 4096)[0] == "q8" and c.plan(Q.Q6_K, 4096, 12288)[0] == "q8"  # K >= 1024
+    assert c.plan(Q.Q4_K, 4096, 1024)[0] == "q8" and c.plan(Q.Q4_K, 1024, 992)[0] == "f32"  # the 0.6B's; just below
     assert c.plan(Q.Q6_K, 151936, 1024)[0] == "q8"  # a vocabulary head
     assert c.plan(Q.Q4_1, 1536, 576)[0] == "f32" and c.plan(Q.Q6_K, 49152, 576)[0] == "f32"  # smollm2-sized
     t = _table({"Q4_K": {"default": {"warps": 4, "rows": 8}, "shapes": {"6144x4096": {"warps": 2, "rows": 4,
@@ -146,17 +147,17 @@ def test_path_is_a_policy_of_the_shape_and_the_table_gives_w_r():
 def test_q8_min_k_reads_its_variable_and_refuses_a_bad_one():
     from bw24.engine.ops.cuda.launch import Q8_MIN_K_DEFAULT, q8_min_k
 
-    assert q8_min_k(None) == Q8_MIN_K_DEFAULT == 2048 and q8_min_k("1024") == 1024 and q8_min_k("896") == 896
+    assert q8_min_k(None) == Q8_MIN_K_DEFAULT == 1024 and q8_min_k("2048") == 2048 and q8_min_k("896") == 896
     for bad in ("0", "-1024", "1000", "1k", ""):
         with pytest.raises(ValueError, match="BW24_Q8_MIN_K"):
             q8_min_k(bad)
 
 
-@pytest.mark.parametrize("value", [None, "1024"])
+@pytest.mark.parametrize("value", [None, "2048"])
 def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value, helpers):
-    """BW24_Q8_MIN_K=1024 (a fresh interpreter, as a measured run reads it): the 0.6B's K = 1024 Q/K/V and
-    gate/up plan the q8 path, the rmsnorm ahead of them leaves their codes (feeds_q8), perf rows say so;
-    smollm2's K = 576 stays fp32. Without it those layers keep the fp32 path."""
+    """The default K >= 1024 (a fresh interpreter, as a measured run reads it): the 0.6B's K = 1024 Q/K/V and
+    gate/up plan the q8 path, the rmsnorm ahead of them leaves their codes (feeds_q8); smollm2's K = 576 stays
+    fp32. BW24_Q8_MIN_K=2048 (the threshold before 6e0baa5's run) keeps them on the fp32 path, perf rows say so."""
     code = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
             "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
             "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
@@ -165,9 +166,9 @@ def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value, h
             "feeds_q8(np.zeros((1, 1024), np.float32)), [p for p in o.opt_in() if p.startswith('q8_min')])")
     out = helpers.fresh_python(code, "BW24_Q8_MIN_K", **({} if value is None else {"BW24_Q8_MIN_K": value}))
     if value is None:
-        assert out.strip() == "f32 f32 False []"
+        assert out.strip() == "q8 f32 True []"
     else:
-        assert out.strip() == "q8 f32 True ['q8_min_k_1024']"
+        assert out.strip() == "f32 f32 False ['q8_min_k_2048']"
 
 
 def test_q8_request_for_float_weights_falls_back_to_f32():
@@ -182,7 +183,7 @@ def test_bad_path_is_an_error_and_a_bad_table_path_falls_back_to_defaults():
     c = QmvConfigs(_table({"Q8_0": {"default": {"warps": 1, "rows": 1, "path": "int4"}}}))
     d = default_qmv(4096, 4096)
     assert c.plan(Q.Q8_0, 4096, 4096) == ("q8", d["warps"], d["rows"])
-    assert c.plan(Q.Q8_0, 1024, 1024) == ("f32", *default_qmv(1024, 1024).values())
+    assert c.plan(Q.Q8_0, 1024, 896) == ("f32", *default_qmv(1024, 896).values())
 
 
 def test_override_with_path_wins_over_table():
@@ -359,7 +360,7 @@ def test_attention_q8_output_dispatch(helpers):
     assert run(True, 16, 128) == (["attn_split", "attn_combine"], True, True)
     assert run(True, 16, 128, T=5) == (["attn_split", "attn_combine"], True, True)
     assert run(False, 16, 128) == (["attn_split", "attn_combine"], False, False)
-    assert run(True, 8, 128) == (["attn_split", "attn_combine"], False, False)  # 1024 < Q8_MIN_K: an fp32 wo
+    assert run(True, 4, 128) == (["attn_split", "attn_combine"], False, False)  # 512 < Q8_MIN_K: an fp32 wo
     assert run(True, 16, 128, T=17) == (["attn_split", "attn_combine"], False, False)  # more rows than q8 handles
     assert run(True, 16, 128, fuse=1) == (["attn_split"], True, True)  # the fused pass 2 quantizes too
     assert run(False, 16, 128, fuse=1) == (["attn_split"], False, False)
@@ -454,7 +455,7 @@ def test_rope_attention_dispatch(helpers):
 
 def test_verify_sweep_f32_combos_and_shapes():
     """gpu_verify_sweep.py --path f32: the T-token fp32-path launches it times (R rows a block, NT the
-    bucket, at most 64 accumulators a thread), and its shapes are ones that decode on the f32 path."""
+    bucket, at most 64 accumulators a thread), and its shapes are ones launch.f32_verify_rows gives R > 1."""
     import importlib
     import sys
     from pathlib import Path
@@ -467,7 +468,9 @@ def test_verify_sweep_f32_combos_and_shapes():
     assert sweep._combos(5, [1, 2, 4, 8], [1, 2], f32=True) == [(1, 0), (2, 0), (4, 0), (8, 0)]  # NT = 8
     assert sweep._combos(9, [1, 2, 4, 8], [1, 2], f32=True) == [(1, 0), (2, 0), (4, 0)]  # NT = 16
     assert sweep._combos(5, [1, 4, 8], [1, 2]) == [(1, 1), (4, 1), (1, 2), (4, 2)]  # q8: R * T <= 32
-    assert all(default_path(q, n, k) == "f32" for q, n, k in sweep.SHAPES_F32)
+    from bw24.engine.ops.cuda.launch import f32_verify_rows
+
+    assert all(f32_verify_rows([Q[q]], k) > 1 for q, _, k in sweep.SHAPES_F32)  # where the R rule applies
     assert all(default_path(q, n, k) == "q8" for q, n, k in sweep.SHAPES)
 
 
@@ -495,7 +498,7 @@ def test_gate_emulation_rounds_the_q8_matvecs_inputs_for_the_fp32_kernels():
         return SimpleNamespace(qtype=q, n=n, k=k, fmt=FMT[q], shape=(n, k), args=lambda: (None,) * 4)
 
     x = np.ones((1, 4096), np.float32)
-    wide, narrow = weight(Q.Q4_K, 4096, 4096), weight(Q.Q4_K, 4096, 1024)
+    wide, narrow = weight(Q.Q4_K, 4096, 4096), weight(Q.Q4_K, 4096, 896)
     with CudaOps.exact_activations(ops):
         ops.matmul(wide, x, out=np.zeros((1, 4096), np.float32))
         assert [n for n, _ in launches] == ["qmv"] and launches[0][1][4] is x  # the exact half: x itself
@@ -506,8 +509,8 @@ def test_gate_emulation_rounds_the_q8_matvecs_inputs_for_the_fp32_kernels():
             (r, (xin, *_, y)), (mv, margs) = launches
             assert (r, mv) == ("round_x_q8", "qmv") and xin is x and margs[4] is y and y is not x
             launches.clear()
-            ops.matmul(narrow, x[:, :1024].copy(), out=np.zeros((1, 4096), np.float32))
-            assert [n for n, _ in launches] == ["qmv"]  # K < 2048: fp32 in the backend's own forward too
+            ops.matmul(narrow, x[:, :896].copy(), out=np.zeros((1, 4096), np.float32))
+            assert [n for n, _ in launches] == ["qmv"]  # K < Q8_MIN_K: fp32 in the backend's own forward too
             launches.clear()
             qkv = [weight(Q.Q4_K, 4096, 4096), weight(Q.Q4_K, 1024, 4096), weight(Q.Q6_K, 1024, 4096)]
             outs = [np.zeros((1, w.n), np.float32) for w in qkv]

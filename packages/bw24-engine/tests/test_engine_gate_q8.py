@@ -57,7 +57,8 @@ def test_cuda_policy_rounds_the_wide_and_vocabulary_matmuls():
 
     w = lambda q, n, k: SimpleNamespace(qtype=q, data=np.zeros((n, k), np.float32))  # noqa: E731
     assert cuda_policy(w(Q.Q4_K, 64, 2048), 2048) and cuda_policy(w(Q.Q6_K, 151936, 64), 64)
-    assert not cuda_policy(w(Q.Q4_K, 64, 1024), 1024) and not cuda_policy(w(Q.F32, 64, 4096), 4096)
+    assert cuda_policy(w(Q.Q4_K, 64, 1024), 1024)  # K >= Q8_MIN_K (1024 since 6e0baa5's run)
+    assert not cuda_policy(w(Q.Q4_K, 64, 896), 896) and not cuda_policy(w(Q.F32, 64, 4096), 4096)
 
 
 def test_int8_drift_over_the_fixed_bound_is_held_to_the_int8_rounding_alone(tiny, monkeypatch):

@@ -256,10 +256,12 @@ class CudaOps(Ops):
     # 32-column groups a stage of the grouped GEMMs (moe_mm.cu KG; moe_prefill.mm_kg takes the largest instance
     # <= it that divides K's groups: 2 for the GLU form, 4 for down at most), the same bits whatever it is.
     # At 2c3a1bc the 30B-A3B's pp512 spent 16.8 ms of its 39.0 in the GLU moe_mm at KG = 1 (~350 us a layer
-    # for 226 MB of expert weights: each stage waited on one group's loads between two barriers). Opt-in
-    # until measured (BW24_MOE_MM_KG=2 or 4; perf rows "moe_mm_kg_N").
-    moe_mm_kg_env = os.environ.get("BW24_MOE_MM_KG", "1")
-    moe_mm_kg = 1  # the value __init__ checked
+    # for 226 MB of expert weights: each stage waited on one group's loads between two barriers). 4 (the GLU
+    # form 2) by default since the H200 run at 6e0baa5 (kernel-check's KG cases green; pp512 16,182 vs 15,265
+    # tok/s at 1, pp4096 17,342 vs 16,616, one session); BW24_MOE_MM_KG=1 or 2 measures fewer (perf rows
+    # "moe_mm_kg_N").
+    moe_mm_kg_env = os.environ.get("BW24_MOE_MM_KG", "4")
+    moe_mm_kg = 4  # the value __init__ checked
     # Prefill's fp32 -> fp16 activation conversion (prefill_gemm.cu x_to_half) reading a row once into
     # registers where it fits (K <= 4096) instead of two or three strided passes; the same bits (kernel-check's
     # "x_to_half regs == loop" cases). At b6232b5 the conversions took 2.8 of the 8B's 29.8 ms of pp512 kernels
@@ -271,8 +273,8 @@ class CudaOps(Ops):
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
-    # activations: every weight of a mixture-of-experts model and a small model's K < 2048 ones; "split"
-    # for every weight. Perf rows record "prefill_auto" / "prefill_split" ("prefill_fp16" before a6dcfe3's
+    # activations: every weight of a mixture-of-experts model and a small model's K < Q8_MIN_K ones (1024
+    # since 6e0baa5's run, 2048 before); "split" for every weight. Perf rows record "prefill_auto" / "prefill_split" ("prefill_fp16" before a6dcfe3's
     # measurements made it the default). H200 at a6dcfe3 (run-gen MATCH on smollm2 and the 8B; the 30B's
     # fp16 prefill drift 0.0019): the 0.6B's pp512 34,865 tok/s against 28,723 with "auto" (ca80b31); the
     # 8B the same either way (its weights all take fp16 under "auto": K >= 2048); the 0.6B's pp4096 18,037
@@ -331,7 +333,7 @@ class CudaOps(Ops):
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
                                       ("no_moe_q8", not self.moe_q8), ("no_moe_router", not self.moe_router_fuse),
                                       ("no_moe_grouped", not self.moe_grouped),
-                                      (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "1"),
+                                      (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "4"),
                                       ("no_xh_regs", not self.xh_regs),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
@@ -365,7 +367,7 @@ class CudaOps(Ops):
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
         if self.moe_mm_kg_env not in ("1", "2", "4"):
-            raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1 (the default), 2 or 4")
+            raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)
         if self.attn_decode_env is not None:
             from .attn import ATTN_SPACE
@@ -642,7 +644,7 @@ class CudaOps(Ops):
 
     def norm_matmul_multi(self, h, norm, eps: float, ws, *, x, outs, biases=None):
         """x = rmsnorm(h) * norm, then matmul_multi of x. On the fp32-activation path (the small models'
-        K < 2048 Q/K/V and gate/up) decode / verify rows are one qmv3n launch: every block normalizes its
+        K < Q8_MIN_K Q/K/V and gate/up) decode / verify rows are one qmv3n launch: every block normalizes its
         tokens' rows of h itself, one rmsnorm launch per use fewer (x is then left unwritten). Elsewhere
         (q8 weights, whose rmsnorm also writes the int8 rows; prefill) rmsnorm, then matmul_multi."""
         self.matmul_multi(ws, h, outs=outs, biases=biases, norm=(norm, eps, x))

@@ -69,15 +69,17 @@ def check_config(cfg: dict) -> tuple[int, int]:
 
 # q8 where the H200 sweep (evidence/matvec_q8_sweep_h200_*.txt) shows the f32 path instruction-bound:
 # K >= 2048 (8B-class layers: 1.8-2x the f32 path's GB/s) and vocabulary heads (N >= 100k: 2x);
-# narrower layers (K = 576..1536, the small real models) are launch-bound either way and keep fp32
-# activations, so the small real models' GPU output stays that of the fp32 CPU reference.
+# narrower layers (K = 576..1536, the small real models) looked launch-bound either way and kept fp32
+# activations, so the small real models' GPU output stayed that of the fp32 CPU reference.
 # That sweep timed eager launches (a ~4 us floor: 4096 x 1024 took 4.0 us on either path); the graphs' profile
 # since (a6dcfe3, BW24_PDL=0) has the 0.6B's K = 1024 Q/K/V and gate/up on the fp32 path (qmv3) at 5.4-6.3 us a
 # launch, 313 of its 959 us of kernels a token, against 2.2-2.4 us for its q8 matvecs of 2048-3072 columns.
-# BW24_Q8_MIN_K=N measures another threshold (a multiple of 32; perf rows record "q8_min_k_N"): the rmsnorm
-# ahead of those matvecs then leaves their int8 codes too (q8.feeds_q8), and the gate holds them to the int8
-# half's bound as every q8 weight.
-Q8_MIN_K_DEFAULT = 2048
+# So K >= 1024 since the H200 run at 6e0baa5: with it the 0.6B decoded 1,281 / 1,004 tok/s at d0 / d4096
+# against 1,118 / 913 at 2048 (one session), its gate MATCH at 1.13x its rounding alone; the rmsnorm ahead of
+# those matvecs leaves their int8 codes too (q8.feeds_q8), and the gate holds them to the int8 half's bound as
+# every q8 weight. smollm2 (K = 576) and qwen2.5-0.5b (896) keep fp32 activations. BW24_Q8_MIN_K=N measures
+# another threshold (a multiple of 32; perf rows record "q8_min_k_N").
+Q8_MIN_K_DEFAULT = 1024
 
 
 def q8_min_k(env: str | None) -> int:

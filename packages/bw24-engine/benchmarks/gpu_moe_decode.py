@@ -1,7 +1,8 @@
 """Device time of one qwen3-30b-a3b MoE decode layer (E=2048, X=128 experts, k=8, F=768; gate/up Q4_K,
 down Q6_K or Q4_K): the fused path (router matvec, moe_route, moe_gu, moe_down) against the previous
 7-launch sequence (router, moe_route, moe_mv gate, moe_mv up, glu, moe_mv down, moe_combine), per stage,
-at T = 1 (decode) and T = 5 (verify), plus a sweep of moe_gu / moe_down (R, U) configs and of the int8 kernels'
+at T = 1 (decode) and T = 5 (verify), the router stage alone (moe_router's rows a block against its two halves
+as separate launches), plus a sweep of moe_gu / moe_down (R, U) configs and of the int8 kernels'
 (BW24_MOE_Q8: moe_gu8 / moe_down8).
 
 python packages/bw24-engine/benchmarks/gpu_moe_decode.py [--no-sweep]
@@ -79,6 +80,48 @@ def new_layer(cu, x, router, ge, ue, de, h, stage: int) -> None:
                     np.int32(0), g), shared_mem=M.gu_smem(E))
 
 
+def router_table(cu, xh: np.ndarray, rts: list) -> None:
+    """The router stage alone (T = 1 and 5): the fused moe_router (the default) at 1, 2, 4 (ROUTER_WARPS) and 8
+    router rows a block, each first checked to give the committed ROUTER_WARPS's logits and routing bit for bit,
+    against its two halves as separate launches (the F32 router matvec on its table config, moe_route). At
+    6e0baa5 (PDL=0 profile) moe_router took 8.7 us a layer for 1 MB of router weights, 419 of the 30B-A3B's
+    2,371 us a token; at 8128fa9 the two launches 3.8 + 4.9 us."""
+    print(f"\nrouter stage alone, us a layer (X={X}, E={E}, k={K_USED}); warps = router rows a block of moe_router")
+    for T in (1, 5):
+        print(f"  T={T}: " + router_row(cu, xh, rts, T), flush=True)
+
+
+def router_row(cu, xh: np.ndarray, rts: list, T: int) -> str:
+    from bw24.engine.ops.cuda import moe as M
+
+    x = cu._put(np.tile(xh, (T, 1)))
+    S = T * K_USED
+    rl, sel, wts = cu.zeros((T, X)), cu.zeros((S,), np.int32), cu.zeros((S,))
+
+    def fused(i: int) -> None:
+        M.router_launch(cu, rts[i], x, K_USED, True, rl, sel, wts)
+
+    def route() -> None:
+        cu._launch(cu._k("moe.cu", "moe_route"), (T,), 32, (rl, np.int32(X), np.int32(K_USED), np.int32(1), sel, wts))
+
+    def bits() -> tuple:
+        fused(NL - 1)
+        return tuple(cu.to_host(a).tobytes() for a in (rl, sel, wts))
+
+    base, want, cells = M.ROUTER_WARPS, bits(), []
+    for w in (1, 2, 4, 8):
+        M.ROUTER_WARPS = w
+        try:
+            same = bits() == want
+            t = time_op(cu, lambda: [fused(i) for i in range(NL)], 1) / NL if same else float("nan")
+        finally:
+            M.ROUTER_WARPS = base
+        cells.append(f"warps={w} {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)"))
+    mv = time_op(cu, lambda: [cu.matmul(rts[i], x, out=rl) for i in range(NL)], 1) / NL
+    rt = time_op(cu, lambda: [route() for _ in range(NL)], 1) / NL
+    return "moe_router " + "  ".join(cells) + f"  |  matvec {mv:6.2f} + moe_route {rt:6.2f}"
+
+
 def main(sweep: bool = True) -> None:
     from bw24.engine.ops.cuda import CudaOps
     from bw24.engine.ops.cuda import moe as M
@@ -112,6 +155,7 @@ def main(sweep: bool = True) -> None:
                 t = [run(fn, T, de, s) for s in range(3)]
                 print(f"{label + f' (down {dn})':<44} {T:>2} {t[0]:8.2f} {t[1] - t[0]:9.2f} {t[2] - t[1]:8.2f} "
                       f"{t[2]:8.2f} {nbytes / t[2] / 1e3:7.0f}", flush=True)
+    router_table(cu, xh, rts)
     if not sweep:
         return
     base = M.decode_config

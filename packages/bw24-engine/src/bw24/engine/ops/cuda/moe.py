@@ -88,6 +88,18 @@ def fused_router(ops, router, x) -> bool:
     return bool(ops.moe_router_fuse and T <= PREFILL_T and router.fmt == 0 and E % 4 == 0 and x.data.ptr % 16 == 0)
 
 
+def router_launch(ops, router, x, n_used: int, norm_weights: bool, rl, sel, wts) -> None:
+    """moe_router: router logits rl [T, X] and the routing sel / wts of x [T, E] (fused_router's conditions);
+    its tickets [16] zeroed once, re-armed by the kernel. ROUTER_WARPS rows a block (benchmarks/gpu_moe_decode.py
+    times others: a row's sum is one warp's whatever the block, so the bits are the same)."""
+    T, E = x.shape
+    X = router.n
+    tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
+    ops._launch(ops._k("moe.cu", "moe_router"), (math.ceil(X / ROUTER_WARPS), T), 32 * ROUTER_WARPS,
+                (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)),
+                 rl, tickets, sel, wts))
+
+
 def xs_floats(K: int) -> int:
     """moe.cu xs_floats: one staged vector = K values + K/32 group sums padded to a float4."""
     return K + ((K // 32 + 3) & ~3)
@@ -142,11 +154,8 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     d = ops._buf("moe_d", S * E).reshape(S, E)
     res = residual if residual is not None else np.uintp(0)
 
-    if fused_router(ops, router, x):  # one launch; its tickets [16] zeroed once, re-armed by the kernel
-        tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
-        ops._launch(ops._k("moe.cu", "moe_router"), (math.ceil(X / ROUTER_WARPS), T), 32 * ROUTER_WARPS,
-                    (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)),
-                     rl, tickets, sel, wts))
+    if fused_router(ops, router, x):  # one launch
+        router_launch(ops, router, x, n_used, norm_weights, rl, sel, wts)
     else:
         ops.matmul(router, x, out=rl)  # [T, X]
         ops._launch(ops._k("moe.cu", "moe_route"), (T,), 32,

@@ -19,11 +19,13 @@ from bw24.engine.ops.ref import RefOps
 NW = 4  # attention.cu warps per block
 
 
-def chunk_len(n, ch, maxs):  # attention.cu attn_chunk_len
+def chunk_len(n, ch, maxs, short=0):  # attention.cu attn_chunk_len (short: BW24_ATTN_SHORT)
+    if 0 < short and n <= short:
+        return ch * -(-short // ch)
     return ch * max(1, -(-n // (ch * maxs)))
 
 
-def emulate(q, kc, vc, p0, scale, softcap, window, ch, ns, bug=False):
+def emulate(q, kc, vc, p0, scale, softcap, window, ch, ns, bug=False, short=0):
     """attn_split + attn_combine's algorithm in float32 (dot products in NumPy order)."""
     T, H, D = q.shape
     Hkv, S, DV = vc.shape
@@ -33,9 +35,9 @@ def emulate(q, kc, vc, p0, scale, softcap, window, ch, ns, bug=False):
     for t in range(T):
         p = p0 + t
         lo = max(0, p - window + 1) if window else 0
-        c = chunk_len(p - lo + 1, ch, ns)
+        c = chunk_len(p - lo + 1, ch, ns, short)
         live = -(-(p - lo + 1) // c)
-        assert live <= ns
+        assert live <= ns and (live == 1 or p - lo + 1 > short)
         for h in range(H):
             hk = h // G
             parts = []
@@ -84,6 +86,54 @@ def test_split_algorithm_matches_reference(T, p0, window, softcap, ns):
     if p0 > 0:  # canary: dropping each split's last key is caught
         bad = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns, bug=True)
         assert np.abs(bad - want).max() > 1e-3
+
+
+@pytest.mark.parametrize("T,p0,window,short", [
+    (1, 40, None, 128), (6, 124, None, 128), (1, 300, None, 128), (9, 60, 40, 128), (5, 62, None, 64), (3, 95, None, 96)])
+def test_short_contexts_in_one_split_match_reference(T, p0, window, short):
+    """BW24_ATTN_SHORT's rule (one split up to `short` live keys; ch-key splits past it) in the twin: every row
+    against the reference, rows inside and past the threshold in one launch; the dropped-key canary red."""
+    rng = np.random.default_rng(p0 + short)
+    Hkv, G, D = 2, 3, 64
+    S = p0 + T + 4
+    q = rng.standard_normal((T, Hkv * G, D)).astype(np.float32)
+    kc, vc = (rng.standard_normal((Hkv, S, D)).astype(np.float32) for _ in range(2))
+    want = np.empty_like(q)
+    RefOps().attention(q, kc, vc, np.array([p0], np.int32), scale=0.125, softcap=None, window=window, out=want)
+    got = emulate(q, kc, vc, p0, 0.125, None, window, ATTN_CHUNK, 64, short=short)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    bad = emulate(q, kc, vc, p0, 0.125, None, window, ATTN_CHUNK, 64, bug=True, short=short)
+    assert np.abs(bad - want).max() > 1e-3
+    assert chunk_len(short, ATTN_CHUNK, 64, short) >= short > chunk_len(short + 1, ATTN_CHUNK, 64, short)
+
+
+def test_attn_short_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch):
+    """BW24_ATTN_SHORT: a multiple of 32 up to 1024 (0 off, the default), else an error naming the variable;
+    attention.cu alone gets the define, perf rows say attn_short_N; the build and its canary compile."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    assert CudaOps.attn_short == 0
+    for bad in ("48", "-32", "2048", "x"):
+        monkeypatch.setattr(CudaOps, "attn_short_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_ATTN_SHORT='{bad}'"):
+            CudaOps()
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("attn_split<128,128,4,32,__half>", "attn_combine")
+    for d in ({"BW24_ATTN_SHORT": 128}, {"BW24_ATTN_SHORT": 128, "BW24_PLANTED_SHORT": 1}):
+        ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines=d, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+    seen = []
+    monkeypatch.setattr("bw24.engine.ops.cuda.backend.get_kernel", lambda f, n, d: seen.append((f, d)))
+    ops = CudaOps.__new__(CudaOps)
+    ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe, ops.attn_combine32 = "", False, False, False, True
+    assert not any(o.startswith("attn_short") for o in ops.opt_in())
+    ops.attn_short = 128
+    ops._k("attention.cu", "attn_split<128,128,4,32>")
+    ops._k("qmatvec.cu", "qmv<7,1,4,1>")
+    assert seen == [("attention.cu", (("BW24_ATTN_SHORT", 128),)), ("qmatvec.cu", ())]
+    assert "attn_short_128" in ops.opt_in()
 
 
 def test_split_geometry_bounds_live_splits_and_ignores_T():

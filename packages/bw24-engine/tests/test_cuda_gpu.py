@@ -87,6 +87,13 @@ def test_attention_combine32_cases_green_and_a_dropped_split_red():
     _green_then_red(29, "attn combine32", "planted_combine", "attn combine32 == combine8", 5)
 
 
+def test_attention_short_cases_green_and_a_blind_pass2_red():
+    """BW24_ATTN_SHORT's cases (one split up to N live keys) are green; a planted pass 2 blind to it (the old
+    split rule, so it merges partials no split wrote over the one split's output) turns the 7 cases with rows
+    in 33..N keys and a separate pass 2 red, the ones past N and the fused pass 2 staying green."""
+    _green_then_red(41, "attn short", "planted_short", "attn short", 7)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from bw24.gguf.synth import synth

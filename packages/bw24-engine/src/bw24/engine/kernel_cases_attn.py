@@ -115,6 +115,18 @@ def _poison_partials(cu) -> None:
                 a.fill(float("nan"))
 
 
+def short(n: int) -> Callable[[Case], Case]:
+    """A case with BW24_ATTN_SHORT=n (cu.attn_short: one split up to n live keys, whose block writes the output),
+    the split partials NaN-poisoned first, so a pass 2 that reads partials no split wrote turns it red."""
+    def wrap(case: Case) -> Case:
+        def run(name, ref, cu, rng):
+            with setting(cu, "attn_short", n):
+                _poison_partials(cu)
+                return case(name, ref, cu, rng)
+        return run
+    return wrap
+
+
 def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, half=False, fuse: int | None = None,
                    reps: int = 1) -> Case:
     """cu.attention with cu.<attr> on gives the bits it gives with it off, reps launches in a row (the fused
@@ -439,6 +451,19 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn combine32 D=128 G=4 T=1 pos=4000 half-KV", combine32(attn_ref_case(128, 4, 1, 4000, half=True))
     yield "attn combine32 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
         combine32(attn_rows_case(128, 4, 6, 3000, half=True))
+    # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
+    # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
+    # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red
+    s128 = short(128)
+    for p0 in (40, 127, 128, 300):
+        yield f"attn short=128 D=128 G=4 Hkv=8 T=1 pos={p0} half-KV", s128(attn_ref_case(128, 4, 1, p0, Hkv=8, half=True))
+    yield "attn short=128 rows==decode D=128 G=4 T=6 pos=124 half-KV", s128(attn_rows_case(128, 4, 6, 124, half=True))
+    yield "attn short=128 split heads D=128 G=8 Hkv=4 T=1 pos=100 half-KV", \
+        s128(split_heads(attn_ref_case(128, 8, 1, 100, Hkv=4, half=True)))
+    yield "attn short=128 +q8 out D=128 G=4 Hkv=8 T=1 pos=100", s128(attn_q8_case(128, 4, 1, 100, 8))
+    yield "attn short=128 fused-combine D=128 G=4 T=4 pos=100", s128(fused(attn_ref_case(128, 4, 4, 100)))
+    yield "attn short=128 D=64 G=3 T=9 pos=60 window=40", s128(attn_ref_case(64, 3, 9, 60, window=40))
+    yield "attn short=64 rows==decode D=128 G=2 T=5 pos=62", short(64)(attn_rows_case(128, 2, 5, 62))
     yield "attn split heads rows==decode D=128 G=8 Hkv=4 T=6 pos=500 half-KV", \
         split_heads(attn_rows_case(128, 8, 6, 500, Hkv=4, half=True))
     for K in (64, 128, 896, 1000, 4096, 5120, 8192, 12345):

@@ -208,6 +208,14 @@ class CudaOps(Ops):
     # without, the 8B 377.1 / 371.9 (the table's 33 splits); at 66 splits (the table's since) 905.9 / 383.5.
     # BW24_ATTN_COMBINE32=0 turns it off (perf rows "no_attn_combine32").
     attn_combine32 = os.environ.get("BW24_ATTN_COMBINE32", "1") != "0"
+    # Contexts of at most N live keys in one decode / verify attention split whose block writes the output
+    # (attention.cu BW24_ATTN_SHORT; attn_combine returns at once), instead of 32-key splits and pass 2: at 64
+    # keys the 0.6B's attn_combine took 3.8 us a layer beside attn_split's 3.5, the 30B-A3B's 3.75 beside
+    # 4.9 (6e0baa5, BW24_PDL=0 profiles). A row's split still depends on its position only (verify == decode
+    # bit for bit); other bits than the split rule's for 33..N keys. BW24_ATTN_SHORT=N (a multiple of 32 up
+    # to 1024; 0 off), perf rows "attn_short_N". Opt-in until measured.
+    attn_short_env = os.environ.get("BW24_ATTN_SHORT", "0")
+    attn_short = 0  # the value __init__ checked
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
     # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one
@@ -328,6 +336,7 @@ class CudaOps(Ops):
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
                                       ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
+                                      (f"attn_short_{self.attn_short}", self.attn_short > 0),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -366,6 +375,10 @@ class CudaOps(Ops):
             self.default_max_batch = int(self.ubatch_env)
         if self.attn_fuse_env not in (None, "0", "1"):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
+        if not (self.attn_short_env.isdigit() and int(self.attn_short_env) % 32 == 0
+                and int(self.attn_short_env) <= 1024):
+            raise ValueError(f"BW24_ATTN_SHORT={self.attn_short_env!r}: a multiple of 32 up to 1024 (keys; 0 off)")
+        self.attn_short = int(self.attn_short_env)
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)
@@ -406,7 +419,7 @@ class CudaOps(Ops):
     def _k(self, file: str, name: str):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
                    "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
-                   "planted_combine": (("BW24_PLANTED_COMBINE", 1),),
+                   "planted_combine": (("BW24_PLANTED_COMBINE", 1),), "planted_short": (("BW24_PLANTED_SHORT", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
@@ -416,6 +429,8 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_PIPE", 1),)
         if not self.attn_combine32 and file == "attention.cu":  # (attention.cu unrolls 32 by default)
             defines += (("BW24_COMBINE_UNROLL", 8),)
+        if self.attn_short and file == "attention.cu":
+            defines += (("BW24_ATTN_SHORT", self.attn_short),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

@@ -69,42 +69,28 @@ def emulate(q, kc, vc, p0, scale, softcap, window, ch, ns, bug=False, short=0):
     return out
 
 
-@pytest.mark.parametrize("T,p0,window,softcap,ns", [
-    (1, 0, None, None, 64), (1, 31, None, None, 64), (1, 32, None, None, 64), (3, 62, None, 30.0, 64),
-    (4, 200, 70, None, 64), (2, 300, None, None, 3),  # ns=3: keys per split grow to 128
-    (5, 97, 33, 20.0, 2)])
-def test_split_algorithm_matches_reference(T, p0, window, softcap, ns):
-    rng = np.random.default_rng(p0 + T)
+@pytest.mark.parametrize("T,p0,window,softcap,ns,short", [
+    (1, 0, None, None, 64, 0), (1, 31, None, None, 64, 0), (1, 32, None, None, 64, 0), (3, 62, None, 30.0, 64, 0),
+    (4, 200, 70, None, 64, 0), (2, 300, None, None, 3, 0),  # ns=3: keys per split grow to 128
+    (5, 97, 33, 20.0, 2, 0),
+    # BW24_ATTN_SHORT: one split up to `short` live keys, ch-key splits past it (rows on both sides in one launch)
+    (1, 40, None, None, 64, 128), (6, 124, None, None, 64, 128), (1, 300, None, None, 64, 128),
+    (9, 60, 40, None, 64, 128), (5, 62, None, None, 64, 64), (3, 95, None, 20.0, 64, 96)])
+def test_split_algorithm_matches_reference(T, p0, window, softcap, ns, short):
+    rng = np.random.default_rng(p0 + T + short)
     Hkv, G, D = 2, 3, 64
     S = p0 + T + 4
     q = rng.standard_normal((T, Hkv * G, D)).astype(np.float32)
     kc, vc = (rng.standard_normal((Hkv, S, D)).astype(np.float32) for _ in range(2))
     want = np.empty_like(q)
     RefOps().attention(q, kc, vc, np.array([p0], np.int32), scale=0.125, softcap=softcap, window=window, out=want)
-    got = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns)
+    got = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns, short=short)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     if p0 > 0:  # canary: dropping each split's last key is caught
-        bad = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns, bug=True)
+        bad = emulate(q, kc, vc, p0, 0.125, softcap, window, ATTN_CHUNK, ns, bug=True, short=short)
         assert np.abs(bad - want).max() > 1e-3
-
-
-@pytest.mark.parametrize("T,p0,window,short", [
-    (1, 40, None, 128), (6, 124, None, 128), (1, 300, None, 128), (9, 60, 40, 128), (5, 62, None, 64), (3, 95, None, 96)])
-def test_short_contexts_in_one_split_match_reference(T, p0, window, short):
-    """BW24_ATTN_SHORT's rule (one split up to `short` live keys; ch-key splits past it) in the twin: every row
-    against the reference, rows inside and past the threshold in one launch; the dropped-key canary red."""
-    rng = np.random.default_rng(p0 + short)
-    Hkv, G, D = 2, 3, 64
-    S = p0 + T + 4
-    q = rng.standard_normal((T, Hkv * G, D)).astype(np.float32)
-    kc, vc = (rng.standard_normal((Hkv, S, D)).astype(np.float32) for _ in range(2))
-    want = np.empty_like(q)
-    RefOps().attention(q, kc, vc, np.array([p0], np.int32), scale=0.125, softcap=None, window=window, out=want)
-    got = emulate(q, kc, vc, p0, 0.125, None, window, ATTN_CHUNK, 64, short=short)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    bad = emulate(q, kc, vc, p0, 0.125, None, window, ATTN_CHUNK, 64, bug=True, short=short)
-    assert np.abs(bad - want).max() > 1e-3
-    assert chunk_len(short, ATTN_CHUNK, 64, short) >= short > chunk_len(short + 1, ATTN_CHUNK, 64, short)
+    if short:  # one split up to `short` keys, ch-key ones past it
+        assert chunk_len(short, ATTN_CHUNK, ns, short) >= short > chunk_len(short + 1, ATTN_CHUNK, ns, short)
 
 
 def test_attn_short_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch):

@@ -58,8 +58,9 @@ def test_spec_cuda_prompt_cache_equals_plain_decodes(engines):
     without the graphs' kernel choice (Transformer._eager_chunk bypassed) leave another cache."""
     eng, _ = engines
     m = eng.model
-    ids = eng.tokenizer.encode(PROMPT * 4, add_special=True)
+    ids = eng.tokenizer.encode(PROMPT * 2, add_special=True)
     assert m._graphed(len(ids)), "the prompt must be long enough for a prefill graph"
+    assert len(ids) <= min(m.max_batch, m.buf.logit_rows), "one chunk in every feed (all logits chunk by logit_rows)"
 
     def cache(**kw) -> list[np.ndarray]:
         m.kv.reset()

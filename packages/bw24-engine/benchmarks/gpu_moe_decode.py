@@ -160,9 +160,11 @@ def main(sweep: bool = True) -> None:
         return
     base = M.decode_config
     # fp32 kernels (moe_gu / moe_down), then the int8 ones (BW24_MOE_Q8's moe_gu8 / moe_down8: one row a segment;
-    # at 8128fa9 moe_gu8 took 10 us a layer in 1.45 waves of 768 blocks, so fewer lanes a row, more groups each)
+    # at 8128fa9 moe_gu8 took 10 us a layer in 1.45 waves of 768 blocks, so fewer lanes a row, more groups each:
+    # U = 4 is 384 blocks of 2 rows a warp, one wave; U = 8 192 blocks of 4, each lane 8 groups of gate and up
+    # in flight; 10.1 us again at 6e0baa5, ~1.4 TB/s against the dense matvecs' 2.9-3.3)
     sweeps = ((False, (("gu", ((2, 2), (1, 2), (1, 1), (2, 1), (1, 4))), ("down", ((2, 3), (1, 3), (4, 3), (2, 1))))),
-              (True, (("gu", ((1, 2), (1, 4), (1, 1))), ("down", ((1, 3), (1, 1), (1, 6))))))
+              (True, (("gu", ((1, 2), (1, 4), (1, 8), (1, 1))), ("down", ((1, 3), (1, 1), (1, 6))))))
     for int8, kinds in sweeps:
         cu.moe_q8 = int8
         print(f"\nsweep (T = 1, down Q6_K and Q4_K): {'moe_gu8 / moe_down8' if int8 else 'moe_gu / moe_down'} (R, U); "

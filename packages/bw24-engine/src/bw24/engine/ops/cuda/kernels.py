@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .attn_mma import instances as attn_mma_instances
 from .moe import decode_instances
+from .moe_prefill import mm_instances
 from .prefill import attn_instances
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -64,9 +65,8 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),
     # MoE prefill as grouped GEMMs on the device's routing (BW24_MOE_GROUPED, ops/cuda/moe_prefill.py
     # grouped_ffn): gate/up (GLU) and down per weight format (+ extern "C" moe_group)
-    # (KG: 32-column groups a stage, BW24_MOE_MM_KG; the GLU form's shared rows fit 48 KiB up to 2)
-    "moe_mm.cu": tuple(f"moe_mm<{f},{glu},{kg}>" for f in range(10) for glu, kgs in (("true", (1, 2)), ("false", (1, 2, 4)))
-                       for kg in kgs),
+    # at each KG (32-column groups a stage, BW24_MOE_MM_KG: moe_prefill.MM_KG)
+    "moe_mm.cu": mm_instances(),
     "attention_prefill.cu": sum((attn_instances([(64, 64, g) for g in (1, 3, 5, 7)]
                                                 + [(128, 128, g) for g in (1, 2, 4, 6, 8)]
                                                 + [(256, 256, g) for g in (2, 4)], half=h) for h in (False, True)), ()),

@@ -99,6 +99,13 @@ MM_BM, MM_BN = 64, 64  # moe_mm.cu: routed rows a tile, output columns a block
 MM_KG = {True: (2, 1), False: (4, 2, 1)}
 
 
+def mm_instances() -> tuple[str, ...]:
+    """Every moe_mm instance grouped_ffn can launch: per weight format, the GLU and down forms at each of their
+    KG (CI's compile set)."""
+    return tuple(f"moe_mm<{f},{str(glu).lower()},{kg}>" for f in range(10) for glu in (True, False)
+                 for kg in sorted(MM_KG[glu]))
+
+
 def mm_kg(want: int, K: int, glu: bool) -> int:
     """The KG a moe_mm launch takes: the largest instance of its form <= want (ops.moe_mm_kg, BW24_MOE_MM_KG)
     that divides K's 32-column groups (every KG gives the same bits: moe_mm.cu)."""

@@ -97,29 +97,16 @@ def test_attn_short_is_checked_passed_to_attention_only_and_recorded(tmp_path, m
     """BW24_ATTN_SHORT: a multiple of 32 up to 1024 (0 off, the default), else an error naming the variable;
     attention.cu alone gets the define, perf rows say attn_short_N; the build and its canary compile."""
     from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin
 
     assert CudaOps.attn_short == 0
+    assert not any(o.startswith("attn_short") for o in CudaOps.__new__(CudaOps).opt_in())
     for bad in ("48", "-32", "2048", "x"):
         monkeypatch.setattr(CudaOps, "attn_short_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_SHORT='{bad}'"):
             CudaOps()
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = ("attn_split<128,128,4,32,__half>", "attn_combine")
-    for d in ({"BW24_ATTN_SHORT": 128}, {"BW24_ATTN_SHORT": 128, "BW24_PLANTED_SHORT": 1}):
-        ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines=d, name_expressions=names)
-        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
-    seen = []
-    monkeypatch.setattr("bw24.engine.ops.cuda.backend.get_kernel", lambda f, n, d: seen.append((f, d)))
-    ops = CudaOps.__new__(CudaOps)
-    ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe, ops.attn_combine32 = "", False, False, False, True
-    assert not any(o.startswith("attn_short") for o in ops.opt_in())
-    ops.attn_short = 128
-    ops._k("attention.cu", "attn_split<128,128,4,32>")
-    ops._k("qmatvec.cu", "qmv<7,1,4,1>")
-    assert seen == [("attention.cu", (("BW24_ATTN_SHORT", 128),)), ("qmatvec.cu", ())]
-    assert "attn_short_128" in ops.opt_in()
+    _attention_variant(tmp_path, monkeypatch, "attn_short", "BW24_ATTN_SHORT",
+                       ("attn_split<128,128,4,32,__half>", "attn_combine"),
+                       ({"BW24_ATTN_SHORT": 128}, {"BW24_ATTN_SHORT": 128, "BW24_PLANTED_SHORT": 1}), 128, "attn_short_128")
 
 
 def test_split_geometry_bounds_live_splits_and_ignores_T():
@@ -287,9 +274,10 @@ def test_rope_table_built_once_grown_on_demand_and_never_inside_capture(helpers)
         rope_table(cu, 1e6, 1.0, 64, 10)
 
 
-def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, define_sets) -> None:
-    """attention.cu compiles `names` under each define set; CudaOps with cu.<attr> on passes `define` to
-    attention.cu only, and records the variant (attr) in perf rows."""
+def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, define_sets, value=True,
+                       label: str | None = None) -> None:
+    """attention.cu compiles `names` under each define set; CudaOps with cu.<attr> = value passes `define`
+    (= value) to attention.cu only, and records the variant (label, else attr) in perf rows."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
@@ -303,11 +291,11 @@ def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, def
     ops = CudaOps.__new__(CudaOps)
     ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe = "", False, False, False
     ops.attn_combine32 = True  # the default (attention.cu's own unroll: no define)
-    setattr(ops, attr, True)
+    setattr(ops, attr, value)
     ops._k("attention.cu", "attn_split<128,128,4,32>")
     ops._k("qmatvec.cu", "qmv<7,1,4,1>")
-    assert seen == [("attention.cu", ((define, 1),)), ("qmatvec.cu", ())]
-    assert attr in ops.opt_in()
+    assert seen == [("attention.cu", ((define, int(value)),)), ("qmatvec.cu", ())]
+    assert (label or attr) in ops.opt_in()
 
 
 def test_attn_pipe_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):

@@ -60,17 +60,17 @@
 #define BW24_ATTN_SHORT 0
 #endif
 
-// Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits (one split up to
-// BW24_ATTN_SHORT keys, rounded up to a multiple of ch).
-__device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
-    if (BW24_ATTN_SHORT > 0 && n <= BW24_ATTN_SHORT) return ch * ((BW24_ATTN_SHORT + ch - 1) / ch);
+// Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits. Alone, the rule
+// before BW24_ATTN_SHORT (the planted_short canary's pass 2 uses it: kernel_check's "attn short" cases must
+// see the output a one-split block wrote overwritten from stale partials).
+__device__ __forceinline__ int attn_chunk_len_long(int n, int ch, int maxs) {
     return ch * max(1, (n + ch * maxs - 1) / (ch * maxs));
 }
 
-// The split rule before BW24_ATTN_SHORT (the planted_short canary's pass 2 uses it: kernel_check's
-// "attn short" cases must see the output a one-split block wrote overwritten from stale partials).
-__device__ __forceinline__ int attn_chunk_len_long(int n, int ch, int maxs) {
-    return ch * max(1, (n + ch * maxs - 1) / (ch * maxs));
+// ... and one split up to BW24_ATTN_SHORT keys (rounded up to a multiple of ch).
+__device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
+    if (BW24_ATTN_SHORT > 0 && n <= BW24_ATTN_SHORT) return ch * ((BW24_ATTN_SHORT + ch - 1) / ch);
+    return attn_chunk_len_long(n, ch, maxs);
 }
 
 // The warp sums of 2^LOGN values at once (v: this lane's share of each; v is clobbered). The first LOGN

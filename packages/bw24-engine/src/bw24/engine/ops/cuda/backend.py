@@ -282,8 +282,8 @@ class CudaOps(Ops):
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
     # activations: every weight of a mixture-of-experts model and a small model's K < Q8_MIN_K ones (1024
-    # since 6e0baa5's run, 2048 before); "split" for every weight. Perf rows record "prefill_auto" / "prefill_split" ("prefill_fp16" before a6dcfe3's
-    # measurements made it the default). H200 at a6dcfe3 (run-gen MATCH on smollm2 and the 8B; the 30B's
+    # since 6e0baa5's run, 2048 before); "split" for every weight. Perf rows record "prefill_auto" /
+    # "prefill_split" ("prefill_fp16" before a6dcfe3's measurements made it the default). H200 at a6dcfe3 (run-gen MATCH on smollm2 and the 8B; the 30B's
     # fp16 prefill drift 0.0019): the 0.6B's pp512 34,865 tok/s against 28,723 with "auto" (ca80b31); the
     # 8B the same either way (its weights all take fp16 under "auto": K >= 2048); the 0.6B's pp4096 18,037
     # on the GEMM attention path but 22,229 with the tensor-core kernel that now takes its place.

@@ -120,13 +120,27 @@ def spec_table(m, ops, rng, plain_us: float, decode_kernels: float, verify_kerne
     return [head] + [f"{r[2] / rounds:9.1f} us {r[1] / rounds:6.1f}x  {r[0]}" for r in rows[:20]]
 
 
+def parse_spec(spec: str) -> tuple[str, str, int]:
+    """PRESET[:QUANT[:DEPTH]] -> (preset, quant, depth); quant q4_k_m and depth 64 unless given."""
+    parts = spec.split(":")
+    if len(parts) > 3 or not parts[0]:
+        raise SystemExit(f"{spec!r}: use PRESET[:QUANT[:DEPTH]]")
+    quant = parts[1] if len(parts) > 1 and parts[1] else "q4_k_m"
+    try:
+        depth = int(parts[2]) if len(parts) > 2 else 64
+    except ValueError:
+        raise SystemExit(f"{spec!r}: DEPTH must be a whole number of tokens") from None
+    if depth < 0:
+        raise SystemExit(f"{spec!r}: DEPTH must be 0 or more")
+    return parts[0], quant, depth
+
+
 def profile_model(spec: str, out: Path, summary: list[str]) -> None:
     from bw24.engine import Engine
     from bw24.engine.graph import decode_step
     from bw24.engine.sampling import SamplingParams
 
-    parts = spec.split(":")
-    preset, quant, depth = parts[0], parts[1] if len(parts) > 1 else "q4_k_m", int(parts[2]) if len(parts) > 2 else 64
+    preset, quant, depth = parse_spec(spec)
     path = model_file(preset, quant)
     eng = Engine.load(path, backend="cuda", n_ctx=max(4096, depth + 256) + 256, progress=False)  # the chunk: BW24_UBATCH or 512
     m, ops = eng.model, eng.ops

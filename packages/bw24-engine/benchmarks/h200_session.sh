@@ -67,12 +67,15 @@ log=lambda s: None))" "$m")
     grep -v WARNING $R/nb.log | tail -8; cp packages/bw24-engine/src/bw24/engine/tuning/*.json $R/nb/ 2>/dev/null ;;
   idle)  # wait until no bench / spec_bench process of an earlier (killed) chain still runs
     while pgrep -f "[c]li bench|[s]pec_bench.py" > /dev/null; do sleep 2; done; echo idle ;;
-  ncu)  # Nsight Compute over the q8 matvecs of one decode (T1) and one 5-token verify (T5) forward
+  ncu)  # ncu P:Q[:DEPTH] [REGEX [COUNT]]: Nsight Compute over the kernels matching REGEX (qmv8) of one decode
+    # (T1) and one 5-token verify (T5) forward at DEPTH cached tokens (64), the first COUNT (6) of each range
+    k=${2:-qmv8}; n=${3:-6}; tag=$(echo "$1_$k" | tr -c 'A-Za-z0-9_.\n-' '_')
     for r in T1 T5; do
-      (hdr; timeout 250 ncu --clock-control none --nvtx --nvtx-include "$r/" -k regex:qmv8 -c 6 \
+      (hdr; timeout 250 ncu --clock-control none --nvtx --nvtx-include "$r/" -k regex:$k -c $n \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
-        --section LaunchStats python3 $B/gpu_verify_ncu.py "$1"; echo "ncu rc=$?") > $R/ncu_$r.txt 2>&1
-      grep -E "qmv8|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|rc=|ERR" $R/ncu_$r.txt | head -40
+        --section LaunchStats python3 $B/gpu_verify_ncu.py "$1"; echo "ncu rc=$?") > $R/ncu_${tag}_$r.txt 2>&1
+      grep -E "$k|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|rc=|ERR" \
+        $R/ncu_${tag}_$r.txt | head -40
     done ;;
   wb)  # one workbench notebook as a plain script (no jupytext / nbclient needed on the host)
     mkdir -p $R/nb; (hdr; cd workbench && timeout 400 python3 "$1.py"; echo "wb rc=$?") > $R/nb/$1.log 2>&1

@@ -7,9 +7,9 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   of it); the rows after that prefix are appended. Anything else is an error that names the first differing
   line, and nothing is written.
 - logs: kernel_check.log, pytest_gpu.log, run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
-  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log at the top of R_DIR; the same under a `with`
-  stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands as
-  <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
+  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, ncu_*.txt at the top of R_DIR; the same
+  under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
+  as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
 - as they are (JSON, no header): a `profile` stage's per-model profile/*.json into profile_<SHA>[_suffix]/ (what
   `python -m bw24.engine.perf.breakdown` reads), and a `wb` stage's nb/*.json tuning table as
@@ -66,6 +66,8 @@ def target_name(rel: Path, sha: str) -> str | None:
         return f"perf_h200_{sha}{suffix or ''}.log"  # several perf stages of one folder are concatenated
     if stem.startswith("spec_") and ext == "log":
         return f"spec_bench_h200_{sha}_{stem[5:]}{suffix}.txt"
+    if stem.startswith("ncu_") and ext == "txt":  # the ncu stage's ncu_<model>_<regex>_T1.txt
+        return f"ncu_h200_{sha}{suffix}_{stem[4:]}.txt"
     return None
 
 

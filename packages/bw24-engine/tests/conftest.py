@@ -238,6 +238,22 @@ def fresh_python(code: str, drop: str, **env: str) -> str:
                           check=True).stdout
 
 
+def env_refused_or_recorded(monkeypatch, attr, var, bads, good, default, label):
+    """CudaOps.<attr> (the variable var): each bad value refused by a ValueError naming var and the value; good
+    recorded in perf rows as label_<good>, the default not at all."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    for bad in bads:
+        monkeypatch.setattr(CudaOps, attr, bad)
+        with pytest.raises(ValueError, match=f"{var}='{bad}'"):
+            CudaOps()
+    ops = CudaOps.__new__(CudaOps)
+    setattr(ops, attr, good)
+    assert f"{label}_{good}" in CudaOps.opt_in(ops)
+    setattr(ops, attr, default)
+    assert not any(o.startswith(label) for o in CudaOps.opt_in(ops))
+
+
 @pytest.fixture(scope="session")
 def helpers():
     return sys.modules[__name__]

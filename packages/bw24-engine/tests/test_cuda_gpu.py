@@ -67,6 +67,12 @@ def test_attention_split_heads_cases_green_and_a_wrong_group_red():
     _green_then_red(19, "attn split heads", "planted_split", "attn split heads == one block", 6)
 
 
+def test_attention_block_heads_cases_green_and_a_wrong_group_red():
+    """BW24_ATTN_BLOCK_HEADS' cases (a kv head's q heads 2 or 1 a block) are green; the planted variant whose
+    later blocks recompute the first block's heads turns all 7 bitwise ones red (each has head groups)."""
+    _green_then_red(43, "attn block heads", "planted_split", "attn block heads == one block", 7)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

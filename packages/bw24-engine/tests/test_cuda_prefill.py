@@ -504,7 +504,7 @@ def test_prefill_precision_env_opt_in_and_the_gates_exact_half(monkeypatch):
     assert ops.rounded_paths() == ["int8-activation"]
 
 
-def test_ubatch_env_sets_the_prefill_chunk(monkeypatch):
+def test_ubatch_env_sets_the_prefill_chunk(monkeypatch, helpers):
     """BW24_UBATCH: a bad value is a clear error naming the variable; a good one is the tokens a forward
     takes when Engine.load is not told (cuda's default 2048 since 8128fa9's cells, the reference's 128), recorded in
     perf rows when it differs from the default."""
@@ -513,23 +513,7 @@ def test_ubatch_env_sets_the_prefill_chunk(monkeypatch):
 
     assert (CudaOps.default_max_batch, CudaOps.logit_rows, Ops.default_max_batch, Ops.logit_rows) == (2048, 128, 128, None)
     # "2048": the default, set by name: not a variant of the cell
-    _env_refused_or_recorded(monkeypatch, "ubatch_env", "BW24_UBATCH", ("0", "-4", "2k", "99999"), "512", "2048", "ubatch")
-
-
-def _env_refused_or_recorded(monkeypatch, attr, var, bads, good, default, label):
-    """CudaOps.<attr> (the variable var): each bad value refused by a ValueError naming var and the value; good
-    recorded in perf rows as label_<good>, the default not at all."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    for bad in bads:
-        monkeypatch.setattr(CudaOps, attr, bad)
-        with pytest.raises(ValueError, match=f"{var}='{bad}'"):
-            CudaOps()
-    ops = CudaOps.__new__(CudaOps)
-    setattr(ops, attr, good)
-    assert f"{label}_{good}" in CudaOps.opt_in(ops)
-    setattr(ops, attr, default)
-    assert not any(o.startswith(label) for o in CudaOps.opt_in(ops))
+    helpers.env_refused_or_recorded(monkeypatch, "ubatch_env", "BW24_UBATCH", ("0", "-4", "2k", "99999"), "512", "2048", "ubatch")
 
 
 def test_cublas_direct_finds_libcublas_not_lt():
@@ -633,10 +617,10 @@ def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, 
     assert "no_xh_regs" in ops.opt_in()
 
 
-def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch):
+def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch, helpers):
     """BW24_MOE_MM_KG (the grouped MoE GEMMs' 32-column groups a stage): 4 by default (since 6e0baa5's run), 1 or 2
     taken and recorded in perf rows, anything else a clear error naming the variable."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.moe_mm_kg == 4
-    _env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "1", "4", "moe_mm_kg")
+    helpers.env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "1", "4", "moe_mm_kg")

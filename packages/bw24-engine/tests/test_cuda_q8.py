@@ -379,11 +379,16 @@ def test_attention_split_heads_dispatch(helpers):
 
     assert [attn.head_groups(G, True) for G in (1, 2, 4, 5, 7, 8)] == [1, 1, 1, 1, 1, 2]
     assert attn.head_groups(8, False) == 1
+    # BW24_ATTN_BLOCK_HEADS (cu.attn_block_heads): per q heads a block where G is a larger multiple of it
+    assert [attn.head_groups(G, True, 2) for G in (1, 2, 3, 4, 6, 8)] == [1, 1, 1, 2, 3, 4]
+    assert [attn.head_groups(G, True, 1) for G in (1, 2, 4)] == [1, 2, 4] and attn.head_groups(4, False, 1) == 1
 
-    def run(split, H, Hkv, T=1, fuse=0):
+    def run(split, H, Hkv, T=1, fuse=0, per=None):
         launches, bufs = [], {}
         cu = _PlanOps(None, helpers)
         cu.attn_q8, cu.attn_override, cu.attn_fuse, cu.attn_split_heads = False, {"fuse_combine": fuse}, None, split
+        if per is not None:
+            cu.attn_block_heads = per
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
         cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], tuple(grid)))
         cu._buf = lambda key, n, dtype=np.float32, zeroed=False: bufs.setdefault(key, n) and np.zeros(n, dtype).view(
@@ -400,6 +405,28 @@ def test_attention_split_heads_dispatch(helpers):
     assert run(True, 32, 8)[0][0] == ("attn_split<128,128,4,32,__half>", (8, 2, 1))  # G = 4: nothing to split
     launches, tickets = run(True, 64, 8, T=20, fuse=1)
     assert launches == [("attn_split<128,128,4,32,__half>", (16, 2, 20))] and tickets == 20 * 16
+    # fewer q heads a block: the 8B's 4 as two blocks of 2, the 32B's 8 as four, the 0.6B's 2 as two of 1; the
+    # fused pass 2's tickets one per (token, kv head, head group), sized for 16 rows of 8 kv heads at least
+    assert run(True, 32, 8, per=2)[0][0] == ("attn_split<128,128,2,32,__half>", (16, 2, 1))
+    assert run(True, 64, 8, per=2)[0][0] == ("attn_split<128,128,2,32,__half>", (32, 2, 1))
+    assert run(True, 16, 8, per=1)[0][0] == ("attn_split<128,128,1,32,__half>", (16, 2, 1))
+    assert run(False, 32, 8, per=2)[0][0] == ("attn_split<128,128,4,32,__half>", (8, 2, 1))  # split heads off
+    launches, tickets = run(True, 64, 8, T=20, fuse=1, per=2)
+    assert launches == [("attn_split<128,128,2,32,__half>", (32, 2, 20))] and tickets == 20 * 8 * 4
+    assert run(True, 64, 8, T=1, fuse=1, per=2)[1] == 16 * 8 * 4
+
+
+def test_attn_block_heads_env_is_checked_and_recorded(monkeypatch, helpers):
+    """BW24_ATTN_BLOCK_HEADS: 4 q heads a block by default, 1 or 2 taken and recorded in perf rows (while split
+    heads are on), anything else a clear error naming the variable."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_block_heads == 4
+    helpers.env_refused_or_recorded(monkeypatch, "attn_block_heads_env", "BW24_ATTN_BLOCK_HEADS", ("0", "3", "8", "two"), "2",
+                             "4", "attn_block_heads")
+    ops = CudaOps.__new__(CudaOps)
+    ops.attn_block_heads_env, ops.attn_split_heads = "2", False
+    assert not any(o.startswith("attn_block_heads") for o in CudaOps.opt_in(ops))  # no head groups: nothing differs
 
 
 def test_rope_attention_dispatch(helpers):

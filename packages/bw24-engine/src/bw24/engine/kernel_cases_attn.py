@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
-from .ops.cuda.attn import ATTN_CHUNK, default_max_splits, head_groups
+from .ops.cuda.attn import ATTN_CHUNK, SPLIT_HEADS, default_max_splits, head_groups
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
 
@@ -87,11 +87,11 @@ def fused(case: Case) -> Case:
     return run
 
 
-def _with(attr: str, doc: str) -> Callable[[Case], Case]:
-    """A wrapper running a case with cu.<attr> on (an opt-in attention path)."""
+def _with(attr: str, doc: str, value=True) -> Callable[[Case], Case]:
+    """A wrapper running a case with cu.<attr> = value (on: an opt-in attention path)."""
     def wrap(case: Case) -> Case:
         def run(name, ref, cu, rng):
-            with setting(cu, attr, True):
+            with setting(cu, attr, value):
                 return case(name, ref, cu, rng)
         return run
     wrap.__doc__ = doc
@@ -151,16 +151,25 @@ def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, hal
     return run
 
 
-def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None) -> Case:
+def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None, per: int | None = None) -> Case:
     """attn_split with a kv head's G q heads over head_groups(G) blocks gives the one-block kernel's bits,
-    with the separate or the fused pass 2 (whose tickets are then per head group), twice in a row."""
+    with the separate or the fused pass 2 (whose tickets are then per head group), twice in a row. per: q heads
+    a block (BW24_ATTN_BLOCK_HEADS) for this case; None: the backend's own."""
     same = same_bits_case("attn_split_heads", D, G, T, p0, window, None, Hkv, half, fuse, reps=2)
 
     def run(name, ref, cu, rng):
-        if head_groups(G, True) == 1:
-            return Result(name + " (no head groups at this G: nothing split)", "exact", float("inf"), float("inf"))
-        return same(name, ref, cu, rng)
+        with setting(cu, "attn_block_heads", per or getattr(cu, "attn_block_heads", None) or SPLIT_HEADS):
+            if head_groups(G, True, cu.attn_block_heads) == 1:
+                return Result(name + " (no head groups at this G: nothing split)", "exact", float("inf"),
+                              float("inf"))
+            return same(name, ref, cu, rng)
     return run
+
+
+def block_heads(per: int) -> Callable[[Case], Case]:
+    """A wrapper running a case with a kv head's q heads split, per of them a block (BW24_ATTN_BLOCK_HEADS)."""
+    per_block = _with("attn_block_heads", "", per)
+    return lambda case: split_heads(per_block(case))
 
 
 def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
@@ -423,6 +432,19 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn split heads D=128 G=8 Hkv=4 T=4 pos=3000 half-KV", split_heads(attn_ref_case(128, 8, 4, 3000, Hkv=4,
                                                                                              half=True))
     yield "attn split heads +q8 out D=128 G=8 Hkv=4 T=1 pos=700", split_heads(attn_q8_case(128, 8, 1, 700, 4))
+    # fewer q heads a block (BW24_ATTN_BLOCK_HEADS: the 8B's 4 as two blocks of 2, the 32B's 8 as four, the
+    # 0.6B's 2 as two of 1): the one-block bits, at depth, verify rows, the fused pass 2; against the reference
+    # and with the int8 output rows
+    for G, per, T, p0, Hkv, half, fuse in ((4, 2, 1, 4000, 8, True, False), (4, 2, 5, 700, 8, True, True),
+                                           (4, 2, 16, 3000, 4, False, False), (8, 2, 1, 4000, 8, True, False),
+                                           (8, 2, 4, 3000, 4, True, True), (2, 1, 1, 4000, 8, True, False),
+                                           (2, 1, 5, 700, 8, False, True)):
+        yield f"attn block heads == one block bitwise D=128 G={G} per={per} Hkv={Hkv} T={T} pos={p0}" \
+              f"{' half-KV' if half else ''}{' fused' if fuse else ''}", \
+            split_heads_equal_case(128, G, T, p0, Hkv, half, fuse, None, per)
+    yield "attn block heads D=128 G=4 per=2 Hkv=8 T=1 pos=4000 half-KV", \
+        block_heads(2)(attn_ref_case(128, 4, 1, 4000, Hkv=8, half=True))
+    yield "attn block heads +q8 out D=128 G=8 per=2 Hkv=4 T=1 pos=700", block_heads(2)(attn_q8_case(128, 8, 1, 700, 4))
     # the next round's loads ahead of the math (BW24_ATTN_PIPE): bitwise == the plain kernel over one round,
     # several, a partial last one, windows, softcap, both cache elements and D = 64 / 128 / 256; against the
     # reference; with the fused pass 2, the batched sums, split heads and verify rows == decode

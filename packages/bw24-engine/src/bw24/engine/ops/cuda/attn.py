@@ -49,12 +49,19 @@ ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # wo
 # keys against the 0.6B's 3.4 us for 2 (a6dcfe3, BW24_PDL=0 profile): each warp's round is G x KB dot
 # products in series. Two blocks of 4 each read the kv head's keys (the second from L2, as they run side by
 # side) and halve that chain; each head's arithmetic is unchanged, so are its bits.
+# BW24_ATTN_BLOCK_HEADS=N (CudaOps.attn_block_heads: 1, 2 or 4, the default) sets the q heads a block (opt-in
+# until measured): at 390f819 the d4096 token cost 7.7 / 12.7 / 23 us a layer more than the d0 one on the
+# 0.6B / 8B / 32B (2 / 4 / 2 x 4 q heads a block) for the same 16.8 MB of K/V a layer: the per-block chain of
+# dot products, not HBM, sets the time at depth, so fewer heads a block (more blocks reading the same keys,
+# from L2) may shorten it. The bits stay those of one block a kv head.
 SPLIT_HEADS = 4
+BLOCK_HEADS = (1, 2, 4)  # the values BW24_ATTN_BLOCK_HEADS takes
 
 
-def head_groups(G: int, split: bool) -> int:
-    """Blocks a kv head's G q heads are spread over (attn_split's grid.x = Hkv * head_groups)."""
-    return G // SPLIT_HEADS if split and G > SPLIT_HEADS and G % SPLIT_HEADS == 0 else 1
+def head_groups(G: int, split: bool, per: int = SPLIT_HEADS) -> int:
+    """Blocks a kv head's G q heads are spread over (attn_split's grid.x = Hkv * head_groups): per q heads a
+    block when split and G is a larger multiple of per, else one block."""
+    return G // per if split and G > per and G % per == 0 else 1
 
 
 def _config(tuning, override: dict | None) -> dict:
@@ -149,10 +156,11 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     xq, xs = q8.buffers(cu, T, H * Dv) if quant else (NULL, NULL)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
-    # per (token, kv head), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads first)
-    hg = head_groups(G, getattr(cu, "attn_split_heads", False))
+    # per (token, kv head, head group), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads
+    # first)
+    hg = head_groups(G, getattr(cu, "attn_split_heads", False), getattr(cu, "attn_block_heads", None) or SPLIT_HEADS)
     Gb = G // hg  # q heads a block
-    tickets = cu._buf("attn_tickets", max(T * Hkv * hg, 16 * 8), np.int32, zeroed=True) if fused else NULL
+    tickets = cu._buf("attn_tickets", max(T, 16) * max(Hkv, 8) * hg, np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
     name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>" if rope is None else \
@@ -172,5 +180,5 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "SPLIT_HEADS", "RopeFusion", "attention", "attn_geometry",
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "SPLIT_HEADS", "RopeFusion", "attention", "attn_geometry",
            "fuse_combine", "head_groups", "plan_chunk", "rope_fusable"]

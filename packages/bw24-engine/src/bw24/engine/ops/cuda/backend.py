@@ -221,6 +221,10 @@ class CudaOps(Ops):
     # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one
     # session (llama.cpp 304.7 / 306.7). BW24_ATTN_SPLIT_HEADS=0 turns it off (perf rows "no_attn_split_heads").
     attn_split_heads = os.environ.get("BW24_ATTN_SPLIT_HEADS", "1") != "0"
+    # q heads a block when a kv head's are split (ops/cuda/attn.py BLOCK_HEADS, why there): BW24_ATTN_BLOCK_HEADS
+    # = 1, 2 or 4 (the default); perf rows "attn_block_heads_N" for the others. Opt-in until measured.
+    attn_block_heads_env = os.environ.get("BW24_ATTN_BLOCK_HEADS", "4")
+    attn_block_heads = 4  # the value __init__ checked
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -337,6 +341,8 @@ class CudaOps(Ops):
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
                                       ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
                                       (f"attn_short_{self.attn_short}", self.attn_short > 0),
+                                      (f"attn_block_heads_{self.attn_block_heads_env}",
+                                       self.attn_split_heads and self.attn_block_heads_env != "4"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -379,6 +385,10 @@ class CudaOps(Ops):
                 and int(self.attn_short_env) <= 1024):
             raise ValueError(f"BW24_ATTN_SHORT={self.attn_short_env!r}: a multiple of 32 up to 1024 (keys; 0 off)")
         self.attn_short = int(self.attn_short_env)
+        if self.attn_block_heads_env not in ("1", "2", "4"):
+            raise ValueError(f"BW24_ATTN_BLOCK_HEADS={self.attn_block_heads_env!r}: use 1, 2 or 4 (the default; "
+                             "q heads an attention block)")
+        self.attn_block_heads = int(self.attn_block_heads_env)
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)

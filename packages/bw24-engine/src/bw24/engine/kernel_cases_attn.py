@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
-from .ops.cuda.attn import ATTN_CHUNK, SPLIT_HEADS, default_max_splits, head_groups
+from .ops.cuda.attn import ATTN_CHUNK, block_heads_of, default_max_splits, head_groups
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
 
@@ -158,7 +158,7 @@ def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=Non
     same = same_bits_case("attn_split_heads", D, G, T, p0, window, None, Hkv, half, fuse, reps=2)
 
     def run(name, ref, cu, rng):
-        with setting(cu, "attn_block_heads", per or getattr(cu, "attn_block_heads", None) or SPLIT_HEADS):
+        with setting(cu, "attn_block_heads", per or block_heads_of(cu)):
             if head_groups(G, True, cu.attn_block_heads) == 1:
                 return Result(name + " (no head groups at this G: nothing split)", "exact", float("inf"),
                               float("inf"))

@@ -64,6 +64,12 @@ def head_groups(G: int, split: bool, per: int = SPLIT_HEADS) -> int:
     return G // per if split and G > per and G % per == 0 else 1
 
 
+def block_heads_of(cu) -> int:
+    """The q heads a block of this backend when its kv heads' are split (CudaOps.attn_block_heads; backends
+    without the setting: SPLIT_HEADS)."""
+    return getattr(cu, "attn_block_heads", None) or SPLIT_HEADS
+
+
 def _config(tuning, override: dict | None) -> dict:
     """The attention.decode config in force: the table's entry with a workbench override's keys on top.
     An override that names only some keys (kernel_check's {"fuse_combine": 1}) keeps the table's others,
@@ -158,7 +164,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     acc = cu._buf("attn_acc", T * H * ns * Dv)
     # per (token, kv head, head group), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads
     # first)
-    hg = head_groups(G, getattr(cu, "attn_split_heads", False), getattr(cu, "attn_block_heads", None) or SPLIT_HEADS)
+    hg = head_groups(G, getattr(cu, "attn_split_heads", False), block_heads_of(cu))
     Gb = G // hg  # q heads a block
     tickets = cu._buf("attn_tickets", max(T, 16) * max(Hkv, 8) * hg, np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
@@ -180,5 +186,5 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "SPLIT_HEADS", "RopeFusion", "attention", "attn_geometry",
-           "fuse_combine", "head_groups", "plan_chunk", "rope_fusable"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "SPLIT_HEADS", "RopeFusion", "attention",
+           "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable"]

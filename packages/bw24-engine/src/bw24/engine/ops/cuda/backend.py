@@ -385,9 +385,9 @@ class CudaOps(Ops):
                 and int(self.attn_short_env) <= 1024):
             raise ValueError(f"BW24_ATTN_SHORT={self.attn_short_env!r}: a multiple of 32 up to 1024 (keys; 0 off)")
         self.attn_short = int(self.attn_short_env)
-        if self.attn_block_heads_env not in ("1", "2", "4"):
-            raise ValueError(f"BW24_ATTN_BLOCK_HEADS={self.attn_block_heads_env!r}: use 1, 2 or 4 (the default; "
-                             "q heads an attention block)")
+        if self.attn_block_heads_env not in [str(n) for n in _attn.BLOCK_HEADS]:
+            raise ValueError(f"BW24_ATTN_BLOCK_HEADS={self.attn_block_heads_env!r}: use one of "
+                             f"{', '.join(map(str, _attn.BLOCK_HEADS))} (q heads an attention block; 4 the default)")
         self.attn_block_heads = int(self.attn_block_heads_env)
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")

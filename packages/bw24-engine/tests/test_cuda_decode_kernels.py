@@ -109,6 +109,25 @@ def test_attn_short_is_checked_passed_to_attention_only_and_recorded(tmp_path, m
                        ({"BW24_ATTN_SHORT": 128}, {"BW24_ATTN_SHORT": 128, "BW24_PLANTED_SHORT": 1}), 128, "attn_short_128")
 
 
+def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch):
+    """BW24_ATTN_FILL: 1 (off, the default), 2, 4 or 8, else an error naming the variable; attention.cu alone
+    gets the define, perf rows say attn_fill_N; the build (the 8B's, the 30B-A3B's, the 0.6B's, smollm2's and the
+    rope instances) and its canary compile."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_fill == 1
+    assert not any(o.startswith("attn_fill") for o in CudaOps.__new__(CudaOps).opt_in())
+    for bad in ("0", "3", "16", "four"):
+        monkeypatch.setattr(CudaOps, "attn_fill_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_ATTN_FILL='{bad}'"):
+            CudaOps()
+    names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<64,64,3,32,__half>",
+             "attn_split<128,128,4,32,__half,true>", "attn_combine")
+    _attention_variant(tmp_path, monkeypatch, "attn_fill", "BW24_ATTN_FILL", names,
+                       ({"BW24_ATTN_FILL": 4, "BW24_PDL": 1}, {"BW24_ATTN_FILL": 4, "BW24_PLANTED_FILL": 1},
+                        {"BW24_ATTN_FILL": 8, "BW24_ATTN_SUMS": 1}), 4, "attn_fill_4")
+
+
 def test_split_geometry_bounds_live_splits_and_ignores_T():
     for S in (1, 31, 32, 33, 100, 2048, 4096, 40000):
         for hkv in (1, 2, 8):

@@ -73,6 +73,13 @@ def test_attention_block_heads_cases_green_and_a_wrong_group_red():
     _green_then_red(43, "attn block heads", "planted_split", "attn block heads == one block", 7)
 
 
+def test_attention_fill_cases_green_and_a_wrong_sub_block_red():
+    """BW24_ATTN_FILL's cases (the split blocks past the live range take a block's other q heads) are green; the
+    planted variant whose sub-blocks all compute their group's first heads turns the 5 bitwise cases where it
+    acts red, the 3 where it cannot (G = 3, depth 3000, the fused pass 2) staying green."""
+    _green_then_red(47, "attn fill", "planted_fill", "attn fill=4 == plain", 5)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

@@ -128,9 +128,9 @@ def short(n: int) -> Callable[[Case], Case]:
 
 
 def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, half=False, fuse: int | None = None,
-                   reps: int = 1) -> Case:
-    """cu.attention with cu.<attr> on gives the bits it gives with it off, reps launches in a row (the fused
-    pass 2's tickets re-arm), with fuse_combine forced to `fuse` where given."""
+                   reps: int = 1, values: tuple = (False, True)) -> Case:
+    """cu.attention with cu.<attr> on (values[1]) gives the bits it gives with it off (values[0]), reps launches
+    in a row (the fused pass 2's tickets re-arm), with fuse_combine forced to `fuse` where given."""
     def run(name, ref, cu, rng):
         q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
         (kc, vc), _ = half_cache(kc, vc, half)
@@ -141,7 +141,7 @@ def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, hal
         got = {False: [], True: []}
         with setting(cu, "attn_override", override or None):
             for on in (False, True):
-                with setting(cu, attr, on):
+                with setting(cu, attr, values[on]):
                     for _ in range(reps):
                         got[on].append(cu.zeros(q.shape))
                         _poison_partials(cu)
@@ -170,6 +170,18 @@ def block_heads(per: int) -> Callable[[Case], Case]:
     """A wrapper running a case with a kv head's q heads split, per of them a block (BW24_ATTN_BLOCK_HEADS)."""
     per_block = _with("attn_block_heads", "", per)
     return lambda case: split_heads(per_block(case))
+
+
+def fill(n: int) -> Callable[[Case], Case]:
+    """A wrapper running a case with BW24_ATTN_FILL=n (cu.attn_fill: up to n blocks share a block's q heads at
+    shallow depth), the split partials NaN-poisoned first (a head no block wrote then reads NaN)."""
+    def wrap(case: Case) -> Case:
+        def run(name, ref, cu, rng):
+            with setting(cu, "attn_fill", n):
+                _poison_partials(cu)
+                return case(name, ref, cu, rng)
+        return run
+    return wrap
 
 
 def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
@@ -445,6 +457,28 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn block heads D=128 G=4 per=2 Hkv=8 T=1 pos=4000 half-KV", \
         block_heads(2)(attn_ref_case(128, 4, 1, 4000, Hkv=8, half=True))
     yield "attn block heads +q8 out D=128 G=8 per=2 Hkv=4 T=1 pos=700", block_heads(2)(attn_q8_case(128, 8, 1, 700, 4))
+    # at shallow depth the split blocks past the live range take a block's other q heads (BW24_ATTN_FILL=4): the
+    # plain kernel's bits where it acts (4 live splits of the 8B's and the 30B-A3B's d0, verify rows with 22 of
+    # 66 live, one live split, a window) and where it cannot (smollm2's G = 3; depth 3000: 47 of 66 live; the
+    # fused pass 2); against the reference, rows == decode, the int8 output rows, rope inside attention.
+    # planted_fill (every sub-block on its group's first heads) turns the 5 bitwise cases where it acts red.
+    for G, T, p0, Hkv, half, win, fuse in ((4, 1, 100, 8, True, None, None), (8, 1, 63, 4, True, None, None),
+                                           (4, 5, 700, 8, True, None, None), (2, 1, 20, 8, True, None, None),
+                                           (4, 3, 500, 8, False, 100, None), (3, 9, 60, 2, False, None, None),
+                                           (4, 16, 3000, 8, False, None, None), (4, 4, 100, 8, True, None, 1)):
+        case = same_bits_case("attn_fill", 128 if G != 3 else 64, G, T, p0, win, None, Hkv, half, fuse, reps=2,
+                              values=(1, 4))
+        yield f"attn fill=4 == plain bitwise D={128 if G != 3 else 64} G={G} Hkv={Hkv} T={T} pos={p0}" \
+              f"{' half-KV' if half else ''}{f' window={win}' if win else ''}{' fused' if fuse else ''}", \
+            split_heads(case) if G == 8 else case
+    f4 = fill(4)
+    yield "attn fill=4 D=128 G=4 Hkv=8 T=1 pos=100 half-KV", f4(attn_ref_case(128, 4, 1, 100, Hkv=8, half=True))
+    yield "attn fill=2 D=128 G=8 Hkv=4 T=2 pos=40 half-KV", \
+        fill(2)(split_heads(attn_ref_case(128, 8, 2, 40, Hkv=4, half=True)))
+    yield "attn fill=4 rows==decode D=128 G=4 T=6 pos=90 half-KV", f4(attn_rows_case(128, 4, 6, 90, half=True))
+    yield "attn fill=4 +q8 out D=128 G=4 Hkv=8 T=1 pos=100", f4(attn_q8_case(128, 4, 1, 100, 8))
+    yield "attn fill=4 rope in attn neox T=5 32/8 D=128 pos=63 qk-norm half-KV", \
+        f4(rope_attention_case("neox", 5, 8, 4, 128, 128, 63, True, True))
     # the next round's loads ahead of the math (BW24_ATTN_PIPE): bitwise == the plain kernel over one round,
     # several, a partial last one, windows, softcap, both cache elements and D = 64 / 128 / 256; against the
     # reference; with the fused pass 2, the batched sums, split heads and verify rows == decode

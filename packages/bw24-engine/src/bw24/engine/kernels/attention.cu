@@ -60,6 +60,17 @@
 #define BW24_ATTN_SHORT 0
 #endif
 
+// BW24_ATTN_FILL (ops/cuda/backend.py attn_fill; opt-in, 1 = off): up to this many blocks share a block's
+// G q heads when the split blocks past the live range are idle, i.e. at shallow depth: live splits x f <= the
+// grid's splits. Why: with ~100 keys the 8B ran 4 live splits x 8 kv heads = 32 blocks of 4 heads on 132
+// SMs; two blocks of 2 heads a kv head (BW24_ATTN_BLOCK_HEADS=2) made its d0 token 3.5% faster, the 30B-A3B's
+// 3.8%, the 32B's 1.3%, while at depth 4096 (every split live) the 32B's was 2.5% slower (1653f1f). The idle
+// blocks of grid.y take the other heads, so the grid (and the depth case) is unchanged. Each head's
+// arithmetic is the same in any grouping (the bits too); the fused pass 2 (tickets per head group) keeps f = 1.
+#ifndef BW24_ATTN_FILL
+#define BW24_ATTN_FILL 1
+#endif
+
 // Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits. Alone, the rule
 // before BW24_ATTN_SHORT (the planted_short canary's pass 2 uses it: kernel_check's "attn short" cases must
 // see the output a one-split block wrote overwritten from stale partials).
@@ -328,28 +339,48 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     // head_groups: a kv head's 8 q heads as two blocks of 4 halves the block's serial dot products; every
     // head's arithmetic is the same in either split, so the bits are too)
 #ifdef BW24_PLANTED_SPLIT  // kernel_check canary: every head group computes the kv head's first G q heads
-    const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qh0 = hk * (G * HG);
+    const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qg0 = hk * (G * HG);
 #else
-    const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qh0 = hk * (G * HG) + (blockIdx.x % HG) * G;
+    const int HG = H / (Hkv * G), hk = blockIdx.x / HG, qg0 = hk * (G * HG) + (blockIdx.x % HG) * G;
 #endif
-    const int s = blockIdx.y, t = blockIdx.z;
+    const int t = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int p = pos[0] + t;
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
     const int c = attn_chunk_len(p - lo + 1, CH, nsplit);
+    const int live = (p - lo + 1 + c - 1) / c;  // splits with keys (<= nsplit)
+    // BW24_ATTN_FILL: f blocks of G / f heads each (block y: sub-block y / live of split y % live) while
+    // f x live splits fit the grid; f = 1: block y is split y, as without it (a compile-time 1 by default)
+    int f = 1;
+    if (BW24_ATTN_FILL > 1 && tickets == nullptr)
+        while (2 * f <= BW24_ATTN_FILL && G % (2 * f) == 0 && 2 * f * live <= nsplit) f *= 2;
+    if ((int)blockIdx.y >= f * live) return;  // past the live range (uniform over the block)
+    // this block's split and its number of q heads (f == 1: y and G, folded at compile time by default)
+    const int s = f == 1 ? (int)blockIdx.y : (int)blockIdx.y % live, gc = G / f;
+#ifdef BW24_PLANTED_FILL  // kernel_check canary: every sub-block computes its group's first gc q heads
+    const int qh0 = qg0;
+#else
+    const int qh0 = f == 1 ? qg0 : qg0 + ((int)blockIdx.y / live) * gc;
+#endif
     const int j0 = lo + s * c;
-    if (j0 > p) return;  // split past the live range (uniform over the block)
     const int j1 = min(j0 + c, p + 1);
     const bool single = j0 == lo && j1 == p + 1;  // the only live split: write the output directly
 
-    float qr[G][PD];
+    float qr[G][PD];  // heads g >= gc (BW24_ATTN_FILL): zero, never read into the output or partials
 #pragma unroll
-    for (int g = 0; g < G; ++g) load_row<PD>(qr[g], q + ((i64)t * H + qh0 + g) * D + lane * PD);
+    for (int g = 0; g < G; ++g) {
+        if (g < gc) {
+            load_row<PD>(qr[g], q + ((i64)t * H + qh0 + g) * D + lane * PD);
+        } else {
+#pragma unroll
+            for (int e = 0; e < PD; ++e) qr[g][e] = 0.f;
+        }
+    }
     const int p0 = pos[0];
     if constexpr (ROPE) {
 #pragma unroll
         for (int g = 0; g < G; ++g)
-            rope_row<PD>(qr[g], ra.q_norm, ra.eps, p, ra.rope_dim, ra.neox, ra.tab, lane);
+            if (g < gc) rope_row<PD>(qr[g], ra.q_norm, ra.eps, p, ra.rope_dim, ra.neox, ra.tab, lane);
         if (j1 == p + 1 && w == 0 && qh0 == hk * G * HG) {  // the last live split of token t (first head group) stores its key and value
             float kr[PD], vr[PV];
             new_key<PD, PV, KT>(ra, p, p0, hk, Hkv, lane, kr, vr);
@@ -454,6 +485,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 #endif
 #pragma unroll
         for (int g = 0; g < G; ++g) {
+            if (g >= gc) continue;  // BW24_ATTN_FILL: another block's head (block-uniform)
             float sc[KB];
 #ifndef BW24_ATTN_SUMS
 #pragma unroll
@@ -503,7 +535,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 #pragma unroll
         for (int e = 0; e < PV; ++e) sm_acc[w][g][lane * PV + e] = acc[g][e];
     __syncthreads();
-    for (int i = threadIdx.x; i < G * DV; i += NW * 32) {
+    for (int i = threadIdx.x; i < gc * DV; i += NW * 32) {
         const int g = i / DV, d = i % DV;
         float M = -INFINITY;
 #pragma unroll
@@ -530,7 +562,6 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     // attn_combine's arithmetic); last_arrival re-arms the ticket for the next launch.
     __shared__ bool last;
     __shared__ float red[32], wt[COMBINE_TILE], lw[COMBINE_TILE];
-    const int live = (p - lo + 1 + c - 1) / c;
     if (!last_arrival(tickets + (i64)t * gridDim.x + blockIdx.x, live, last)) return;  // per (t, head group)
 #pragma unroll 1
     for (int g = 0; g < G; ++g) {

@@ -225,6 +225,11 @@ class CudaOps(Ops):
     # = 1, 2 or 4 (the default); perf rows "attn_block_heads_N" for the others. Opt-in until measured.
     attn_block_heads_env = os.environ.get("BW24_ATTN_BLOCK_HEADS", "4")
     attn_block_heads = 4  # the value __init__ checked
+    # At shallow depth, up to N blocks share a decode / verify attention block's q heads, run by the split
+    # blocks past the live range (attention.cu BW24_ATTN_FILL, why there; the grid and the bits unchanged):
+    # BW24_ATTN_FILL = 1 (off, the default), 2, 4 or 8; perf rows "attn_fill_N". Opt-in until measured.
+    attn_fill_env = os.environ.get("BW24_ATTN_FILL", "1")
+    attn_fill = 1  # the value __init__ checked
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -343,6 +348,7 @@ class CudaOps(Ops):
                                       (f"attn_short_{self.attn_short}", self.attn_short > 0),
                                       (f"attn_block_heads_{self.attn_block_heads_env}",
                                        self.attn_split_heads and self.attn_block_heads_env != "4"),
+                                      (f"attn_fill_{self.attn_fill}", self.attn_fill > 1),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -389,6 +395,10 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_BLOCK_HEADS={self.attn_block_heads_env!r}: use one of "
                              f"{', '.join(map(str, _attn.BLOCK_HEADS))} (q heads an attention block; 4 the default)")
         self.attn_block_heads = int(self.attn_block_heads_env)
+        if self.attn_fill_env not in ("1", "2", "4", "8"):
+            raise ValueError(f"BW24_ATTN_FILL={self.attn_fill_env!r}: use 1 (off, the default), 2, 4 or 8 (blocks "
+                             "sharing an attention block's q heads at shallow depth)")
+        self.attn_fill = int(self.attn_fill_env)
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)
@@ -430,6 +440,7 @@ class CudaOps(Ops):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
                    "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
                    "planted_combine": (("BW24_PLANTED_COMBINE", 1),), "planted_short": (("BW24_PLANTED_SHORT", 1),),
+                   "planted_fill": (("BW24_PLANTED_FILL", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
@@ -441,6 +452,8 @@ class CudaOps(Ops):
             defines += (("BW24_COMBINE_UNROLL", 8),)
         if self.attn_short and file == "attention.cu":
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
+        if self.attn_fill > 1 and file == "attention.cu":
+            defines += (("BW24_ATTN_FILL", self.attn_fill),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

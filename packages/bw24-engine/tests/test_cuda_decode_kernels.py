@@ -109,6 +109,46 @@ def test_attn_short_is_checked_passed_to_attention_only_and_recorded(tmp_path, m
                        ({"BW24_ATTN_SHORT": 128}, {"BW24_ATTN_SHORT": 128, "BW24_PLANTED_SHORT": 1}), 128, "attn_short_128")
 
 
+def fill_blocks(G, live, nsplit, most, fused=False):
+    """attention.cu attn_split's BW24_ATTN_FILL rule, block y of grid.y = nsplit for one (kv head group, row):
+    f (blocks sharing the G heads) and, per block that works, (its split, its heads)."""
+    f = 1
+    if most > 1 and not fused:
+        while 2 * f <= most and G % (2 * f) == 0 and 2 * f * live <= nsplit:
+            f *= 2
+    work = []
+    for y in range(nsplit):
+        if y >= f * live:
+            continue  # returns at once
+        s, gc = (y, G) if f == 1 else (y % live, G // f)
+        h0 = 0 if f == 1 else (y // live) * gc
+        work.append((s, tuple(range(h0, h0 + gc))))
+    return f, work
+
+
+@pytest.mark.parametrize("nsplit", [16, 33, 66])
+def test_attn_fill_rule_covers_every_head_and_live_split_once(nsplit):
+    """BW24_ATTN_FILL's block mapping: every (live split, q head) of a block's G heads is computed by exactly
+    one block, every split block past the live range when off, f x live never past the grid; off (1) or with the
+    fused pass 2 it is the plain one-block-a-split mapping. The kernel's own check is kernel-check's `attn fill`
+    cases on the GPU (bitwise against no fill, with a planted canary)."""
+    for G in (1, 2, 3, 4, 8):
+        for live in range(1, nsplit + 1):
+            plain = fill_blocks(G, live, nsplit, 1)
+            assert plain == (1, [(s, tuple(range(G))) for s in range(live)])
+            assert fill_blocks(G, live, nsplit, 8, fused=True) == plain
+            for most in (2, 4, 8):
+                f, work = fill_blocks(G, live, nsplit, most)
+                assert f <= most and G % f == 0 and f * live <= nsplit and len(work) == f * live
+                pairs = [(s, h) for s, heads in work for h in heads]
+                assert sorted(pairs) == [(s, h) for s in range(live) for h in range(G)]  # each exactly once
+                assert f == 1 or 2 * f * live > nsplit or 2 * f > most or G % (2 * f)  # as many blocks as fit
+    assert fill_blocks(4, 4, 66, 4)[0] == 4  # the 8B at d0 (~100 keys, 4 live splits of 66): one head a block
+    assert fill_blocks(4, 22, 66, 4)[0] == 2  # 700 keys: two blocks of 2
+    assert fill_blocks(4, 47, 66, 4)[0] == 1  # depth 3000: the grid is full of live splits
+    assert fill_blocks(3, 4, 66, 4)[0] == 1  # smollm2's 3 q heads a kv head do not halve
+
+
 def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch):
     """BW24_ATTN_FILL: 1 (off, the default), 2, 4 or 8, else an error naming the variable; attention.cu alone
     gets the define, perf rows say attn_fill_N; the build (the 8B's, the 30B-A3B's, the 0.6B's, smollm2's and the

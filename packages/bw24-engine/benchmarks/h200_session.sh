@@ -73,8 +73,8 @@ log=lambda s: None))" "$m")
     for r in T1 T5; do
       (hdr; timeout 250 ncu --clock-control none --nvtx --nvtx-include "$r/" -k regex:$k -c $n \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
-        --section LaunchStats python3 $B/gpu_verify_ncu.py "$1"; echo "ncu rc=$?") > $R/ncu_${tag}_$r.txt 2>&1
-      grep -E "$k|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|rc=|ERR" \
+        --section LaunchStats --section ComputeWorkloadAnalysis --section SchedulerStats python3 $B/gpu_verify_ncu.py "$1"; echo "ncu rc=$?") > $R/ncu_${tag}_$r.txt 2>&1
+      grep -E "$k|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy|No Eligible|rc=|ERR" \
         $R/ncu_${tag}_$r.txt | head -40
     done ;;
   wb)  # one workbench notebook as a plain script (no jupytext / nbclient needed on the host)

@@ -149,23 +149,21 @@ def test_attn_fill_rule_covers_every_head_and_live_split_once(nsplit):
     assert fill_blocks(3, 4, 66, 4)[0] == 1  # smollm2's 3 q heads a kv head do not halve
 
 
-def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch):
+def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):
     """BW24_ATTN_FILL: 1 (off, the default), 2, 4 or 8, else an error naming the variable; attention.cu alone
     gets the define, perf rows say attn_fill_N; the build (the 8B's, the 30B-A3B's, the 0.6B's, smollm2's and the
     rope instances) and its canary compile."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.attn_fill == 1
-    assert not any(o.startswith("attn_fill") for o in CudaOps.__new__(CudaOps).opt_in())
-    for bad in ("0", "3", "16", "four"):
-        monkeypatch.setattr(CudaOps, "attn_fill_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_ATTN_FILL='{bad}'"):
-            CudaOps()
+    helpers.env_refused_or_recorded(monkeypatch, "attn_fill_env", "BW24_ATTN_FILL", ("0", "3", "16", "four"), "4", "1",
+                                    "attn_fill")
+    monkeypatch.undo()
     names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<64,64,3,32,__half>",
              "attn_split<128,128,4,32,__half,true>", "attn_combine")
     _attention_variant(tmp_path, monkeypatch, "attn_fill", "BW24_ATTN_FILL", names,
                        ({"BW24_ATTN_FILL": 4, "BW24_PDL": 1}, {"BW24_ATTN_FILL": 4, "BW24_PLANTED_FILL": 1},
-                        {"BW24_ATTN_FILL": 8, "BW24_ATTN_SUMS": 1}), 4, "attn_fill_4")
+                        {"BW24_ATTN_FILL": 8, "BW24_ATTN_SUMS": 1}), 4, "attn_fill_4", env_attr="attn_fill_env")
 
 
 def test_split_geometry_bounds_live_splits_and_ignores_T():
@@ -334,9 +332,10 @@ def test_rope_table_built_once_grown_on_demand_and_never_inside_capture(helpers)
 
 
 def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, define_sets, value=True,
-                       label: str | None = None) -> None:
-    """attention.cu compiles `names` under each define set; CudaOps with cu.<attr> = value passes `define`
-    (= value) to attention.cu only, and records the variant (label, else attr) in perf rows."""
+                       label: str | None = None, env_attr: str | None = None) -> None:
+    """attention.cu compiles `names` under each define set; CudaOps with cu.<attr> = value (and cu.<env_attr>, the
+    variable's text the perf label reads, where given) passes `define` (= value) to attention.cu only, and records
+    the variant (label, else attr) in perf rows."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
@@ -351,6 +350,8 @@ def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, def
     ops.variant, ops.pdl, ops.attn_sums, ops.attn_pipe = "", False, False, False
     ops.attn_combine32 = True  # the default (attention.cu's own unroll: no define)
     setattr(ops, attr, value)
+    if env_attr:
+        setattr(ops, env_attr, str(value))
     ops._k("attention.cu", "attn_split<128,128,4,32>")
     ops._k("qmatvec.cu", "qmv<7,1,4,1>")
     assert seen == [("attention.cu", ((define, int(value)),)), ("qmatvec.cu", ())]

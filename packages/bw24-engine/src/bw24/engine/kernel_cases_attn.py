@@ -115,16 +115,21 @@ def _poison_partials(cu) -> None:
                 a.fill(float("nan"))
 
 
-def short(n: int) -> Callable[[Case], Case]:
-    """A case with BW24_ATTN_SHORT=n (cu.attn_short: one split up to n live keys, whose block writes the output),
-    the split partials NaN-poisoned first, so a pass 2 that reads partials no split wrote turns it red."""
+def _poisoned_with(attr: str, value) -> Callable[[Case], Case]:
+    """A wrapper running a case with cu.<attr> = value, the split partials NaN-poisoned first."""
     def wrap(case: Case) -> Case:
         def run(name, ref, cu, rng):
-            with setting(cu, "attn_short", n):
+            with setting(cu, attr, value):
                 _poison_partials(cu)
                 return case(name, ref, cu, rng)
         return run
     return wrap
+
+
+def short(n: int) -> Callable[[Case], Case]:
+    """A case with BW24_ATTN_SHORT=n (cu.attn_short: one split up to n live keys, whose block writes the output),
+    the split partials NaN-poisoned first, so a pass 2 that reads partials no split wrote turns it red."""
+    return _poisoned_with("attn_short", n)
 
 
 def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, half=False, fuse: int | None = None,
@@ -175,13 +180,7 @@ def block_heads(per: int) -> Callable[[Case], Case]:
 def fill(n: int) -> Callable[[Case], Case]:
     """A wrapper running a case with BW24_ATTN_FILL=n (cu.attn_fill: up to n blocks share a block's q heads at
     shallow depth), the split partials NaN-poisoned first (a head no block wrote then reads NaN)."""
-    def wrap(case: Case) -> Case:
-        def run(name, ref, cu, rng):
-            with setting(cu, "attn_fill", n):
-                _poison_partials(cu)
-                return case(name, ref, cu, rng)
-        return run
-    return wrap
+    return _poisoned_with("attn_fill", n)
 
 
 def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:

@@ -348,7 +348,7 @@ class CudaOps(Ops):
                                       (f"attn_short_{self.attn_short}", self.attn_short > 0),
                                       (f"attn_block_heads_{self.attn_block_heads_env}",
                                        self.attn_split_heads and self.attn_block_heads_env != "4"),
-                                      (f"attn_fill_{self.attn_fill}", self.attn_fill > 1),
+                                      (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),

@@ -33,7 +33,12 @@ def test_cpu_run_appends_rows_and_table(tmp_path, cache, capsys):
     assert dec["roofline_pct"] is None and "no ceiling for this device" in dec["roofline_note"]
     assert dec["kernels_per_token"] is None and dec["vram_peak_bytes"] is None  # not countable on the CPU
     assert dec["device"] == device_name("cpu") and dec["git"] and "time" in dec
-    assert "perf-ci: NEW" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "perf-ci: NEW" in out
+    # each row followed by where its wall time went: model (cache / synthesis), load, warmup, bw24's reps
+    walls = [line for line in out.splitlines() if line.startswith("  wall s: ")]
+    assert len(walls) == 2 and all(w.split()[2::2] == ["model", "load", "warmup", "bw24"] for w in walls)
+    assert all(float(v) >= 0 for w in walls for v in w.split()[3::2])
     assert main(["bench", "--table", "--perf-file", str(tmp_path / "perf.jsonl")]) == 0
     assert "| qwen3-tiny-q8_0-tg4@d8 |" in capsys.readouterr().out
 
@@ -96,3 +101,21 @@ def test_bytes_per_token_from_shapes(cache, preset, expect_weights):
     tr = decode_traffic(f, ModelConfig.from_gguf(f), depth=100, tokens=9)
     assert tr.weight_bytes == expect_weights
     assert tr.kv_bytes == 2 * 105 * 2 * (64 + 64) * 4  # layers * mean ctx (100 + 5) * Hkv * (D + Dv) * fp32
+
+
+def test_phase_clock_sums_each_phase_and_passes_results_and_errors_through(monkeypatch):
+    """bench's PhaseClock: a phase timed twice sums; the wrapped call's result comes back, its error goes up
+    (the phase still counted); printed in first-timed order."""
+    import time
+
+    from bw24.engine.cli.bench import PhaseClock
+
+    now = iter([0.0, 1.5, 10.0, 10.25, 20.0, 22.0])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(now))
+    clock = PhaseClock()
+    rep = clock.timed("bw24", lambda x: x * 2)
+    assert rep(3) == 6 and clock.time("load", lambda: "engine") == "engine"
+    with pytest.raises(ValueError):
+        clock.timed("bw24", lambda: (_ for _ in ()).throw(ValueError("boom")))()
+    assert clock.secs == {"bw24": 3.5, "load": 0.25}
+    assert str(clock) == "bw24 3.5  load 0.2"

@@ -59,6 +59,31 @@ def _fmt(row: dict) -> str:
     return s
 
 
+class PhaseClock:
+    """Wall seconds a cell spends per phase (the synthesis or cache lookup, the load, the warmup, each arm's
+    timed repetitions), printed under its row: what a device session's stage time is made of."""
+
+    def __init__(self) -> None:
+        self.secs: dict[str, float] = {}
+
+    def time(self, phase: str, fn, *args):
+        return self.timed(phase, fn)(*args)
+
+    def timed(self, phase: str, fn):
+        import time
+
+        def run(*args):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.secs[phase] = self.secs.get(phase, 0.0) + time.perf_counter() - t0
+        return run
+
+    def __str__(self) -> str:
+        return "  ".join(f"{k} {v:.1f}" for k, v in self.secs.items())
+
+
 def _bench(args) -> int:
     from ..errors import BadInputError
     from ..perf.baseline import check_rows, worst
@@ -81,18 +106,22 @@ def _bench(args) -> int:
           f"{' (dirty)' if env['dirty'] else ''}; roofline: {ceiling.note}", flush=True)
     cache, rows = cache_dir(args.cache_dir), []
     for cell in cells:
-        path = model_path(cell, cache)
-        bench = CellBench(cell, path, args.backend)
-        bench.warmup()
+        clock = PhaseClock()
+        path = clock.time("model", model_path, cell, cache)
+        bench = clock.time("load", CellBench, cell, path, args.backend)
+        clock.time("warmup", bench.warmup)
         llama = None
         if args.vs_llama and cell.mode != "spec":
             llama = LlamaBench(args.vs_llama, path, cell, tuple(args.llama_arg))
-        ours, theirs = interleave_blocks(bench.rep, llama.samples if llama else None, args.reps, args.llama_block)
+        ours, theirs = interleave_blocks(clock.timed("bw24", bench.rep),
+                                         clock.timed("llama.cpp", llama.samples) if llama else None, args.reps,
+                                         args.llama_block)
         res = bench.result(ours, ceiling)
         row = make_row(res, env=env, roofline_bps=ceiling.read_bytes_per_s, roofline_note=ceiling.note,
                        llama=theirs or None, llama_info=llama.info if llama else None)
         rows.append(row)
         print(_fmt(row), flush=True)
+        print(f"  wall s: {clock}", flush=True)  # where a GPU session's minutes go (model: cache or synthesis)
         if not args.no_record:  # each cell's row as soon as it is measured: a run cut short keeps them
             append_rows(args.perf_file, [row])
         del bench

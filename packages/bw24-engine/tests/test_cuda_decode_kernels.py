@@ -166,6 +166,42 @@ def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, mo
                         {"BW24_ATTN_FILL": 8, "BW24_ATTN_SUMS": 1}), 4, "attn_fill_4", env_attr="attn_fill_env")
 
 
+def test_attn_combine_pf_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):
+    """BW24_ATTN_COMBINE_PF: 0 (off, the default) or a multiple of 8 up to 128, else an error naming the variable;
+    attention.cu alone gets the define, perf rows say attn_combine_pf_N; attn_combine, the split kernels whose
+    fused last block takes no prefetch, and the canary compile."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_combine_pf == 0
+    helpers.env_refused_or_recorded(monkeypatch, "attn_combine_pf_env", "BW24_ATTN_COMBINE_PF", ("4", "136", "-8", "x"),
+                                    "72", "0", "attn_combine_pf")
+    monkeypatch.undo()
+    names = ("attn_combine", "attn_split<128,128,4,32,__half>", "attn_split<64,64,3,32,__half>")
+    _attention_variant(tmp_path, monkeypatch, "attn_combine_pf", "BW24_COMBINE_PREFETCH", names,
+                       ({"BW24_COMBINE_PREFETCH": 72, "BW24_PDL": 1}, {"BW24_COMBINE_PREFETCH": 8},
+                        {"BW24_COMBINE_PREFETCH": 128, "BW24_PLANTED_PREFETCH": 1},
+                        {"BW24_COMBINE_PREFETCH": 72, "BW24_COMBINE_UNROLL": 8}), 72, "attn_combine_pf_72",
+                       env_attr="attn_combine_pf_env")
+
+
+def test_attn_min_blocks_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):
+    """BW24_ATTN_MIN_BLOCKS: 1 (off, the default) .. 6, else an error naming the variable; attention.cu alone gets
+    the define, perf rows say attn_min_blocks_N; the bounded build of the decode instances and its canary
+    compile."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_min_blocks == 1
+    helpers.env_refused_or_recorded(monkeypatch, "attn_min_blocks_env", "BW24_ATTN_MIN_BLOCKS", ("0", "7", "four"),
+                                    "4", "1", "attn_min_blocks")
+    monkeypatch.undo()
+    names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<64,64,3,32,__half>",
+             "attn_split<128,128,4,32,__half,true>")
+    _attention_variant(tmp_path, monkeypatch, "attn_min_blocks", "ATTN_MIN_BLOCKS", names,
+                       ({"ATTN_MIN_BLOCKS": 4, "BW24_PDL": 1}, {"ATTN_MIN_BLOCKS": 4, "BW24_PLANTED_MINBLOCKS": 1},
+                        {"ATTN_MIN_BLOCKS": 4, "BW24_ATTN_FILL": 4}), 4, "attn_min_blocks_4",
+                       env_attr="attn_min_blocks_env")
+
+
 def test_split_geometry_bounds_live_splits_and_ignores_T():
     for S in (1, 31, 32, 33, 100, 2048, 4096, 40000):
         for hkv in (1, 2, 8):

@@ -80,6 +80,19 @@ def test_attention_fill_cases_green_and_a_wrong_sub_block_red():
     _green_then_red(47, "attn fill", "planted_fill", "attn fill=4 == plain", 5)
 
 
+def test_attention_combine_prefetch_cases_green_and_a_wrong_row_red():
+    """BW24_ATTN_COMBINE_PF's cases (attn_combine's first splits' partials loaded up front) are green; the planted
+    variant whose prefetch reads each next split's row turns the 7 bitwise cases that run attn_combine red, the
+    fused pass 2's and the one-split one (attn_combine returns at once) staying green."""
+    _green_then_red(53, "attn combine pf", "planted_prefetch", "attn combine pf == plain", 7)
+
+
+def test_attention_min_blocks_cases_green_and_a_dropped_key_red():
+    """BW24_ATTN_MIN_BLOCKS' cases (attn_split built for 4 blocks an SM) are green; the planted variant that drops
+    a split's last key in the bounded build turns all 7 bitwise cases red."""
+    _green_then_red(59, "attn min blocks", "planted_minblocks", "attn min blocks == plain", 7)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

@@ -104,6 +104,18 @@ pipe = _with("attn_pipe", "The next round's loads ahead of the math (BW24_ATTN_P
 combine32 = _with("attn_combine32", "Pass 2's loop over the splits unrolled 32 (BW24_ATTN_COMBINE32).")
 
 
+def min_blocks(n: int) -> Callable[[Case], Case]:
+    """A wrapper running a case with BW24_ATTN_MIN_BLOCKS=n (cu.attn_min_blocks: attn_split built for n blocks an
+    SM)."""
+    return _with("attn_min_blocks", "", n)
+
+
+def combine_pf(n: int) -> Callable[[Case], Case]:
+    """A wrapper running a case with BW24_ATTN_COMBINE_PF=n (cu.attn_combine_pf: attn_combine loads its first n
+    splits' partials before its max and weights)."""
+    return _with("attn_combine_pf", "", n)
+
+
 def _poison_partials(cu) -> None:
     """NaN into the split partials (attn_ml / attn_acc) left by the last launch: a variant that skips a head
     group's partials must not pass by reading the previous launch's (on the H200 at e7b99ea the planted_split
@@ -506,6 +518,43 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn combine32 D=128 G=4 T=1 pos=4000 half-KV", combine32(attn_ref_case(128, 4, 1, 4000, half=True))
     yield "attn combine32 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
         combine32(attn_rows_case(128, 4, 6, 3000, half=True))
+    # attn_split built for 4 blocks an SM (BW24_ATTN_MIN_BLOCKS=4: 128 registers, a few spills at 4 q heads a
+    # block): bitwise == the free build at depth and d0, verify rows, split heads, the 0.6B's 2 heads, a window,
+    # the fused pass 2; against the reference and rows == decode. planted_minblocks (a split's last key dropped
+    # in the bounded build) turns all 7 bitwise cases red.
+    for D, G, T, p0, Hkv, half, win, fuse in ((128, 4, 1, 4000, 8, True, None, None), (128, 4, 1, 100, 8, True, None, None),
+                                              (128, 4, 5, 3000, 8, True, None, None), (128, 8, 3, 700, 4, False, None, None),
+                                              (128, 2, 1, 4000, 8, True, None, None), (64, 3, 9, 1000, 2, False, 100, None),
+                                              (128, 4, 4, 3000, 8, True, None, 1)):
+        case = same_bits_case("attn_min_blocks", D, G, T, p0, win, None, Hkv, half, fuse, reps=2, values=(1, 4))
+        yield f"attn min blocks == plain bitwise blocks=4 D={D} G={G} Hkv={Hkv} T={T} pos={p0}" \
+              f"{' half-KV' if half else ''}{f' window={win}' if win else ''}{' fused' if fuse else ''}", \
+            split_heads(case) if G == 8 else case
+    yield "attn min blocks=4 D=128 G=4 T=1 pos=4000 half-KV", min_blocks(4)(attn_ref_case(128, 4, 1, 4000, Hkv=8,
+                                                                                           half=True))
+    yield "attn min blocks=4 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
+        min_blocks(4)(attn_rows_case(128, 4, 6, 3000, half=True))
+    # attn_combine with its first N splits' partials (and its (m, l)) loaded up front (BW24_ATTN_COMBINE_PF):
+    # bitwise == without, at 4, 22, 32 and 63 live splits, verify rows, a window, split heads, fewer prefetched
+    # splits than live ones (8 of 63; 72 of 126 at 132 splits); where it cannot act (the fused pass 2, one live
+    # split); against the reference, rows == decode, the int8 output rows. planted_prefetch (each prefetched
+    # row the next split's) turns the 7 bitwise cases that run attn_combine red.
+    for D, G, T, p0, Hkv, half, win, fuse, n, ns in (
+            (128, 4, 1, 100, 8, True, None, None, 72, None), (128, 4, 1, 4000, 8, True, None, None, 72, None),
+            (128, 2, 5, 1000, 8, True, None, None, 72, None), (64, 3, 9, 1000, 2, False, 100, None, 72, None),
+            (128, 4, 1, 4000, 8, True, None, None, 8, None), (128, 8, 3, 700, 4, False, None, None, 72, None),
+            (128, 4, 1, 8000, 8, True, None, None, 72, 132), (128, 4, 4, 3000, 8, True, None, 1, 72, None),
+            (128, 4, 1, 20, 8, True, None, None, 72, None)):
+        case = same_bits_case("attn_combine_pf", D, G, T, p0, win, None, Hkv, half, fuse, reps=2, values=(0, n))
+        case = split_heads(case) if G == 8 else case
+        case = _with("attn_override", "", {"max_splits": ns})(case) if ns else case
+        yield f"attn combine pf == plain bitwise pf={n} D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}" \
+              f"{f' window={win}' if win else ''}{' fused' if fuse else ''}{f' splits={ns}' if ns else ''}", case
+    yield "attn combine pf=72 D=128 G=4 T=1 pos=4000 half-KV", combine_pf(72)(attn_ref_case(128, 4, 1, 4000, Hkv=8,
+                                                                                             half=True))
+    yield "attn combine pf=72 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
+        combine_pf(72)(attn_rows_case(128, 4, 6, 3000, half=True))
+    yield "attn combine pf=72 +q8 out D=128 G=4 Hkv=8 T=1 pos=700", combine_pf(72)(attn_q8_case(128, 4, 1, 700, 8))
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

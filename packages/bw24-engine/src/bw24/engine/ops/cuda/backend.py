@@ -208,6 +208,12 @@ class CudaOps(Ops):
     # without, the 8B 377.1 / 371.9 (the table's 33 splits); at 66 splits (the table's since) 905.9 / 383.5.
     # BW24_ATTN_COMBINE32=0 turns it off (perf rows "no_attn_combine32").
     attn_combine32 = os.environ.get("BW24_ATTN_COMBINE32", "1") != "0"
+    # attn_combine's first N splits' partial rows (and each thread's (m, l)) loaded before the max and the
+    # weights the sums wait for (attention.cu BW24_COMBINE_PREFETCH, why there; the same sums in the same
+    # order, the same bits): BW24_ATTN_COMBINE_PF = 0 (off, the default) or a multiple of 8 up to 128 (72 covers
+    # the table's 66 splits); perf rows "attn_combine_pf_N". Opt-in until measured.
+    attn_combine_pf_env = os.environ.get("BW24_ATTN_COMBINE_PF", "0")
+    attn_combine_pf = 0  # the value __init__ checked
     # Contexts of at most N live keys in one decode / verify attention split whose block writes the output
     # (attention.cu BW24_ATTN_SHORT; attn_combine returns at once), instead of 32-key splits and pass 2: at 64
     # keys the 0.6B's attn_combine took 3.8 us a layer beside attn_split's 3.5, the 30B-A3B's 3.75 beside
@@ -230,6 +236,11 @@ class CudaOps(Ops):
     # BW24_ATTN_FILL = 1 (off, the default), 2, 4 or 8; perf rows "attn_fill_N". Opt-in until measured.
     attn_fill_env = os.environ.get("BW24_ATTN_FILL", "1")
     attn_fill = 1  # the value __init__ checked
+    # attn_split built to fit N blocks an SM (attention.cu ATTN_MIN_BLOCKS, why there: at 154 registers a thread
+    # an SM holds 3, so the d4096 cells' 528 / 1,056 blocks ran in 2 / 3 waves; the same PTX, the same bits):
+    # BW24_ATTN_MIN_BLOCKS = 1 (off, the default) .. 6; perf rows "attn_min_blocks_N". Opt-in until measured.
+    attn_min_blocks_env = os.environ.get("BW24_ATTN_MIN_BLOCKS", "1")
+    attn_min_blocks = 1  # the value __init__ checked
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -349,6 +360,8 @@ class CudaOps(Ops):
                                       (f"attn_block_heads_{self.attn_block_heads_env}",
                                        self.attn_split_heads and self.attn_block_heads_env != "4"),
                                       (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
+                                      (f"attn_combine_pf_{self.attn_combine_pf_env}", self.attn_combine_pf_env != "0"),
+                                      (f"attn_min_blocks_{self.attn_min_blocks_env}", self.attn_min_blocks_env != "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -399,6 +412,15 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_FILL={self.attn_fill_env!r}: use 1 (off, the default), 2, 4 or 8 (blocks "
                              "sharing an attention block's q heads at shallow depth)")
         self.attn_fill = int(self.attn_fill_env)
+        pf = self.attn_combine_pf_env
+        if not (pf.isdigit() and int(pf) % 8 == 0 and int(pf) <= 128):
+            raise ValueError(f"BW24_ATTN_COMBINE_PF={pf!r}: 0 (off, the default) or a multiple of 8 up to 128 (splits "
+                             "whose partials attn_combine loads up front)")
+        self.attn_combine_pf = int(pf)
+        if self.attn_min_blocks_env not in ("1", "2", "3", "4", "5", "6"):
+            raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
+                             "blocks an SM must hold)")
+        self.attn_min_blocks = int(self.attn_min_blocks_env)
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)
@@ -440,7 +462,8 @@ class CudaOps(Ops):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
                    "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
                    "planted_combine": (("BW24_PLANTED_COMBINE", 1),), "planted_short": (("BW24_PLANTED_SHORT", 1),),
-                   "planted_fill": (("BW24_PLANTED_FILL", 1),),
+                   "planted_fill": (("BW24_PLANTED_FILL", 1),), "planted_prefetch": (("BW24_PLANTED_PREFETCH", 1),),
+                   "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
         if self.pdl:
             defines += (("BW24_PDL", 1),)
@@ -454,6 +477,10 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
         if self.attn_fill > 1 and file == "attention.cu":
             defines += (("BW24_ATTN_FILL", self.attn_fill),)
+        if self.attn_combine_pf and file == "attention.cu":
+            defines += (("BW24_COMBINE_PREFETCH", self.attn_combine_pf),)
+        if self.attn_min_blocks > 1 and file == "attention.cu":
+            defines += (("ATTN_MIN_BLOCKS", self.attn_min_blocks),)
         return get_kernel(file, name, defines)
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

@@ -21,5 +21,5 @@ for d in "" "-DATTN_MIN_BLOCKS=4" "-DBW24_ATTN_FILL=4" "-DATTN_MIN_BLOCKS=4 -DBW
     "$T/inst.cu" 2>&1 | grep -E "Compiling entry|Used|spill" | paste - - - \
     | sed -E "s/.*entry function '([^']*)'.*spill stores, ([0-9]+) bytes spill loads.*Used ([0-9]+) registers.*/\1 regs \3 spill_loads \2/" \
     | sed -E 's/_Z10attn_splitILi128ELi128ELi([0-9])ELi32E6__halfLb([01])E.*( regs)/attn_split<128,128,\1,32,__half,\2>\3/' \
-    | awk '{ b = int(65536 / (128 * $3)); printf "%-40s %s %s  %s %s  blocks/SM %d\n", $1, $2, $3, $4, $5, b > 16 ? 16 : b }'
+    | awk '{ b = int(65536 / (128 * $3)); printf "%-40s %s %s  %s %s  blocks/SM %d\n", $1, $2, $3, $4, $5, (b > 16 ? 16 : b) }'
 done

@@ -168,6 +168,17 @@ def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, hal
     return run
 
 
+def bitwise_case(attr: str, values: tuple, D, G, T, p0, Hkv, half, window, fuse, splits=None) -> tuple[str, Case]:
+    """(the name's tail, the case) of an opt-in attention path whose bits must equal the plain kernel's:
+    same_bits_case at `values` twice in a row, a kv head's 8 q heads split (G = 8), the grid's splits forced
+    where `splits` is given."""
+    case = same_bits_case(attr, D, G, T, p0, window, None, Hkv, half, fuse, reps=2, values=values)
+    case = split_heads(case) if G == 8 else case
+    case = _with("attn_override", "", {"max_splits": splits})(case) if splits else case
+    return (f"D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}{f' window={window}' if window else ''}"
+            f"{' fused' if fuse else ''}{f' splits={splits}' if splits else ''}"), case
+
+
 def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None, per: int | None = None) -> Case:
     """attn_split with a kv head's G q heads over head_groups(G) blocks gives the one-block kernel's bits,
     with the separate or the fused pass 2 (whose tickets are then per head group), twice in a row. per: q heads
@@ -477,11 +488,8 @@ def cases() -> Iterator[tuple[str, Case]]:
                                            (4, 5, 700, 8, True, None, None), (2, 1, 20, 8, True, None, None),
                                            (4, 3, 500, 8, False, 100, None), (3, 9, 60, 2, False, None, None),
                                            (4, 16, 3000, 8, False, None, None), (4, 4, 100, 8, True, None, 1)):
-        case = same_bits_case("attn_fill", 128 if G != 3 else 64, G, T, p0, win, None, Hkv, half, fuse, reps=2,
-                              values=(1, 4))
-        yield f"attn fill=4 == plain bitwise D={128 if G != 3 else 64} G={G} Hkv={Hkv} T={T} pos={p0}" \
-              f"{' half-KV' if half else ''}{f' window={win}' if win else ''}{' fused' if fuse else ''}", \
-            split_heads(case) if G == 8 else case
+        tail, case = bitwise_case("attn_fill", (1, 4), 128 if G != 3 else 64, G, T, p0, Hkv, half, win, fuse)
+        yield f"attn fill=4 == plain bitwise {tail}", case
     f4 = fill(4)
     yield "attn fill=4 D=128 G=4 Hkv=8 T=1 pos=100 half-KV", f4(attn_ref_case(128, 4, 1, 100, Hkv=8, half=True))
     yield "attn fill=2 D=128 G=8 Hkv=4 T=2 pos=40 half-KV", \
@@ -526,10 +534,8 @@ def cases() -> Iterator[tuple[str, Case]]:
                                               (128, 4, 5, 3000, 8, True, None, None), (128, 8, 3, 700, 4, False, None, None),
                                               (128, 2, 1, 4000, 8, True, None, None), (64, 3, 9, 1000, 2, False, 100, None),
                                               (128, 4, 4, 3000, 8, True, None, 1)):
-        case = same_bits_case("attn_min_blocks", D, G, T, p0, win, None, Hkv, half, fuse, reps=2, values=(1, 4))
-        yield f"attn min blocks == plain bitwise blocks=4 D={D} G={G} Hkv={Hkv} T={T} pos={p0}" \
-              f"{' half-KV' if half else ''}{f' window={win}' if win else ''}{' fused' if fuse else ''}", \
-            split_heads(case) if G == 8 else case
+        tail, case = bitwise_case("attn_min_blocks", (1, 4), D, G, T, p0, Hkv, half, win, fuse)
+        yield f"attn min blocks == plain bitwise blocks=4 {tail}", case
     yield "attn min blocks=4 D=128 G=4 T=1 pos=4000 half-KV", min_blocks(4)(attn_ref_case(128, 4, 1, 4000, Hkv=8,
                                                                                            half=True))
     yield "attn min blocks=4 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
@@ -545,11 +551,8 @@ def cases() -> Iterator[tuple[str, Case]]:
             (128, 4, 1, 4000, 8, True, None, None, 8, None), (128, 8, 3, 700, 4, False, None, None, 72, None),
             (128, 4, 1, 8000, 8, True, None, None, 72, 132), (128, 4, 4, 3000, 8, True, None, 1, 72, None),
             (128, 4, 1, 20, 8, True, None, None, 72, None)):
-        case = same_bits_case("attn_combine_pf", D, G, T, p0, win, None, Hkv, half, fuse, reps=2, values=(0, n))
-        case = split_heads(case) if G == 8 else case
-        case = _with("attn_override", "", {"max_splits": ns})(case) if ns else case
-        yield f"attn combine pf == plain bitwise pf={n} D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}" \
-              f"{f' window={win}' if win else ''}{' fused' if fuse else ''}{f' splits={ns}' if ns else ''}", case
+        tail, case = bitwise_case("attn_combine_pf", (0, n), D, G, T, p0, Hkv, half, win, fuse, ns)
+        yield f"attn combine pf == plain bitwise pf={n} {tail}", case
     yield "attn combine pf=72 D=128 G=4 T=1 pos=4000 half-KV", combine_pf(72)(attn_ref_case(128, 4, 1, 4000, Hkv=8,
                                                                                              half=True))
     yield "attn combine pf=72 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Registers and spills of the decode attention's instances per build (ptxas -v, sm_90a, no GPU needed): why
 # BW24_ATTN_MIN_BLOCKS exists (an SM holds 65536 / (128 x registers) blocks of attn_split's 128 threads) and what
-# BW24_ATTN_FILL / BW24_ATTN_COMBINE_PF cost in registers (blocks/SM: of 128 threads, by registers, at most 16).
+# BW24_ATTN_FILL costs in registers (blocks/SM: of 128 threads, by registers, at most 16).
 # The ROPE instance shows as __half,1.
 #   bash packages/bw24-engine/benchmarks/attn_registers.sh > packages/bw24-engine/evidence/attn_registers_<sha>.txt
 set -euo pipefail
@@ -14,8 +14,7 @@ sig="(const float*, const __half*, const __half*, const int*, int, int, int, flo
   for g in 1 2 4 8; do echo "template __global__ void attn_split<128,128,$g,32,__half,false>$sig;"; done
   echo "template __global__ void attn_split<128,128,4,32,__half,true>$sig;"; } > "$T/inst.cu"
 echo "# $(nvcc --version | tail -1); date: $(date -u '+%F %T UTC'); git: $(git -C "$K" rev-parse HEAD)"
-for d in "" "-DATTN_MIN_BLOCKS=4" "-DBW24_ATTN_FILL=4" "-DATTN_MIN_BLOCKS=4 -DBW24_ATTN_FILL=4" \
-         "-DBW24_COMBINE_PREFETCH=72"; do
+for d in "" "-DATTN_MIN_BLOCKS=4" "-DBW24_ATTN_FILL=2" "-DBW24_ATTN_FILL=4" "-DATTN_MIN_BLOCKS=4 -DBW24_ATTN_FILL=2"; do
   echo "== -DBW24_PDL=1 ${d:-(the defaults)}"
   nvcc -arch=sm_90a -cubin -o "$T/a.cubin" -I"$K" --expt-relaxed-constexpr -std=c++17 -Xptxas -v -DBW24_PDL=1 $d \
     "$T/inst.cu" 2>&1 | grep -E "Compiling entry|Used|spill" | paste - - - \

@@ -149,6 +149,35 @@ def test_attn_fill_rule_covers_every_head_and_live_split_once(nsplit):
     assert fill_blocks(3, 4, 66, 4)[0] == 1  # smollm2's 3 q heads a kv head do not halve
 
 
+def test_attn_fill_cases_leave_the_fill_idle_blocks():
+    """kernel-check's `attn fill` bitwise cases (kernel_cases_attn.FILL_CASES) on their forced geometry: the fill
+    rule gives some row f > 1 in exactly the cases marked as acting, at each fill value they run. At 5b56e32 the
+    cases' caches held the live keys + 5, every grid split was live, and the H200's planted canary turned 1 of
+    the 5 'acting' cases red; on that old geometry this test fails (the second loop shows it)."""
+    import math
+
+    from bw24.engine import kernel_cases_attn as kca
+    from bw24.engine.ops.cuda.attn import attn_geometry, head_groups
+
+    def acts(G, T, p0, Hkv, win, fuse, n, spare, geometry):
+        ch, ns = attn_geometry(None, p0 + T + 5 + spare, Hkv, n_sm=132, override=geometry)
+        gb = G // head_groups(G, True)  # a kv head's 8 q heads: two blocks of 4 (split heads, the default)
+        for t in range(T):
+            p = p0 + t
+            n_keys = p - (max(0, p - win + 1) if win else 0) + 1
+            c = ch * max(1, math.ceil(n_keys / (ch * ns)))
+            if fill_blocks(gb, math.ceil(n_keys / c), ns, n, fused=bool(fuse))[0] > 1:
+                return True
+        return False
+
+    for G, T, p0, Hkv, half, win, fuse, fills, acting in kca.FILL_CASES:
+        for n in fills:
+            assert acts(G, T, p0, Hkv, win, fuse, n, kca.FILL_SPARE, kca.FILL_GEOMETRY) == acting, (G, T, p0, n)
+    # the canary of this test: the geometry of 5b56e32 (no spare keys) leaves the fill nothing to do but the window
+    old = [acts(G, T, p0, Hkv, win, fuse, 4, 0, None) for G, T, p0, Hkv, _, win, fuse, _, _ in kca.FILL_CASES]
+    assert old == [False, False, False, False, True, False, False, False]
+
+
 def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):
     """BW24_ATTN_FILL: 1 (off, the default), 2, 4 or 8, else an error naming the variable; attention.cu alone
     gets the define, perf rows say attn_fill_N; the build (the 8B's, the 30B-A3B's, the 0.6B's, smollm2's and the
@@ -164,24 +193,6 @@ def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, mo
     _attention_variant(tmp_path, monkeypatch, "attn_fill", "BW24_ATTN_FILL", names,
                        ({"BW24_ATTN_FILL": 4, "BW24_PDL": 1}, {"BW24_ATTN_FILL": 4, "BW24_PLANTED_FILL": 1},
                         {"BW24_ATTN_FILL": 8, "BW24_ATTN_SUMS": 1}), 4, "attn_fill_4", env_attr="attn_fill_env")
-
-
-def test_attn_combine_pf_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):
-    """BW24_ATTN_COMBINE_PF: 0 (off, the default) or a multiple of 8 up to 128, else an error naming the variable;
-    attention.cu alone gets the define, perf rows say attn_combine_pf_N; attn_combine, the split kernels whose
-    fused last block takes no prefetch, and the canary compile."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    assert CudaOps.attn_combine_pf == 0
-    helpers.env_refused_or_recorded(monkeypatch, "attn_combine_pf_env", "BW24_ATTN_COMBINE_PF", ("4", "136", "-8", "x"),
-                                    "72", "0", "attn_combine_pf")
-    monkeypatch.undo()
-    names = ("attn_combine", "attn_split<128,128,4,32,__half>", "attn_split<64,64,3,32,__half>")
-    _attention_variant(tmp_path, monkeypatch, "attn_combine_pf", "BW24_COMBINE_PREFETCH", names,
-                       ({"BW24_COMBINE_PREFETCH": 72, "BW24_PDL": 1}, {"BW24_COMBINE_PREFETCH": 8},
-                        {"BW24_COMBINE_PREFETCH": 128, "BW24_PLANTED_PREFETCH": 1},
-                        {"BW24_COMBINE_PREFETCH": 72, "BW24_COMBINE_UNROLL": 8}), 72, "attn_combine_pf_72",
-                       env_attr="attn_combine_pf_env")
 
 
 def test_attn_min_blocks_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):

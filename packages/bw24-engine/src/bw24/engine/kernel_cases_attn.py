@@ -9,6 +9,7 @@ unit (ops/cuda/attn.py ATTN_CHUNK) and the point where splits start to grow (CH 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -27,8 +28,15 @@ def _pos(cu, p):
     return _dev(cu, np.array([p], np.int32))
 
 
+# Cache slots past the live keys that every attention case's cache gets on top of its own few (spare_keys sets
+# it for a case): the grid's splits come from the cache's size, so a cache sized to the live keys leaves no split
+# block past the live range, the one place BW24_ATTN_FILL acts (at 5b56e32 on the H200 its planted canary turned
+# only the windowed case red: the others compared the plain kernel with itself).
+SPARE_KEYS = 0
+
+
 def _attn_inputs(rng, T, Hkv, G, D, p0, extra=5):
-    H, S = Hkv * G, p0 + T + extra
+    H, S = Hkv * G, p0 + T + extra + SPARE_KEYS
     q = rng.standard_normal((T, H, D)).astype(np.float32)
     kc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
     vc = rng.standard_normal((Hkv, S, D)).astype(np.float32)
@@ -108,12 +116,6 @@ def min_blocks(n: int) -> Callable[[Case], Case]:
     """A wrapper running a case with BW24_ATTN_MIN_BLOCKS=n (cu.attn_min_blocks: attn_split built for n blocks an
     SM)."""
     return _with("attn_min_blocks", "", n)
-
-
-def combine_pf(n: int) -> Callable[[Case], Case]:
-    """A wrapper running a case with BW24_ATTN_COMBINE_PF=n (cu.attn_combine_pf: attn_combine loads its first n
-    splits' partials before its max and weights)."""
-    return _with("attn_combine_pf", "", n)
 
 
 def _poison_partials(cu) -> None:
@@ -200,10 +202,38 @@ def block_heads(per: int) -> Callable[[Case], Case]:
     return lambda case: split_heads(per_block(case))
 
 
+# The fill cases' geometry: FILL_SPARE spare keys and the grid's splits and chunk forced to the H200's (66 of 32
+# keys), so on any GPU the same split blocks lie past the live range for the fill to take (test_cuda_decode_kernels
+# replays its rule on FILL_CASES without a GPU).
+FILL_SPARE, FILL_GEOMETRY = 4096, {"chunk": ATTN_CHUNK, "max_splits": 66}
+# (G, T, p0, Hkv, half, window, fuse, fill values, whether the fill acts): where it acts (4 live splits of the 8B's
+# and the 30B-A3B's d0, verify rows with 22 of 66 live, one live split, a window) and where it cannot (smollm2's
+# G = 3; depth 3000: 47 of 66 live; the fused pass 2)
+FILL_CASES = ((4, 1, 100, 8, True, None, None, (4, 2), True), (8, 1, 63, 4, True, None, None, (4, 2), True),
+              (4, 5, 700, 8, True, None, None, (4, 2), True), (2, 1, 20, 8, True, None, None, (4,), True),
+              (4, 3, 500, 8, False, 100, None, (4,), True), (3, 9, 60, 2, False, None, None, (4,), False),
+              (4, 16, 3000, 8, False, None, None, (4,), False), (4, 4, 100, 8, True, None, 1, (4,), False))
+
+
+def spare_keys(n: int, geometry: dict | None = None) -> Callable[[Case], Case]:
+    """A wrapper running a case with n spare cache slots (SPARE_KEYS) and, where given, the attention geometry
+    forced on top of the backend's override."""
+    def wrap(case: Case) -> Case:
+        def run(name, ref, cu, rng):
+            base = getattr(cu, "attn_override", None) or {}
+            with setting(sys.modules[__name__], "SPARE_KEYS", n), \
+                    setting(cu, "attn_override", {**base, **(geometry or {})} or None):
+                return case(name, ref, cu, rng)
+        return run
+    return wrap
+
+
 def fill(n: int) -> Callable[[Case], Case]:
     """A wrapper running a case with BW24_ATTN_FILL=n (cu.attn_fill: up to n blocks share a block's q heads at
-    shallow depth), the split partials NaN-poisoned first (a head no block wrote then reads NaN)."""
-    return _poisoned_with("attn_fill", n)
+    shallow depth) on the fill cases' geometry, the split partials NaN-poisoned first (a head no block wrote
+    then reads NaN)."""
+    poisoned, spare = _poisoned_with("attn_fill", n), spare_keys(FILL_SPARE, FILL_GEOMETRY)
+    return lambda case: spare(poisoned(case))
 
 
 def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
@@ -346,7 +376,7 @@ def rope_attention_case(mode, T, Hkv, G, D, rope_dim, p0, qk_norm=True, half=Fal
     be left unrotated (so rope_kv did not run); then T-row == T one-row launches at successive positions,
     bit for bit, output and cache (spec verify == decode)."""
     def run(name, ref, cu, rng):
-        H, S = Hkv * G, p0 + T + 3
+        H, S = Hkv * G, p0 + T + 3 + SPARE_KEYS
         q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
         k = (rng.standard_normal((T, Hkv, D)) * 2).astype(np.float32)
         v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
@@ -479,17 +509,15 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn block heads D=128 G=4 per=2 Hkv=8 T=1 pos=4000 half-KV", \
         block_heads(2)(attn_ref_case(128, 4, 1, 4000, Hkv=8, half=True))
     yield "attn block heads +q8 out D=128 G=8 per=2 Hkv=4 T=1 pos=700", block_heads(2)(attn_q8_case(128, 8, 1, 700, 4))
-    # at shallow depth the split blocks past the live range take a block's other q heads (BW24_ATTN_FILL=4): the
-    # plain kernel's bits where it acts (4 live splits of the 8B's and the 30B-A3B's d0, verify rows with 22 of
-    # 66 live, one live split, a window) and where it cannot (smollm2's G = 3; depth 3000: 47 of 66 live; the
-    # fused pass 2); against the reference, rows == decode, the int8 output rows, rope inside attention.
-    # planted_fill (every sub-block on its group's first heads) turns the 5 bitwise cases where it acts red.
-    for G, T, p0, Hkv, half, win, fuse in ((4, 1, 100, 8, True, None, None), (8, 1, 63, 4, True, None, None),
-                                           (4, 5, 700, 8, True, None, None), (2, 1, 20, 8, True, None, None),
-                                           (4, 3, 500, 8, False, 100, None), (3, 9, 60, 2, False, None, None),
-                                           (4, 16, 3000, 8, False, None, None), (4, 4, 100, 8, True, None, 1)):
-        tail, case = bitwise_case("attn_fill", (1, 4), 128 if G != 3 else 64, G, T, p0, Hkv, half, win, fuse)
-        yield f"attn fill=4 == plain bitwise {tail}", case
+    # at shallow depth the split blocks past the live range take a block's other q heads (BW24_ATTN_FILL=N): the
+    # plain kernel's bits where it acts and where it cannot (FILL_CASES); against the reference, rows == decode,
+    # the int8 output rows, rope inside attention. planted_fill (every sub-block on its group's first heads)
+    # turns the bitwise cases where it acts red (8: test_cuda_gpu).
+    spare = spare_keys(FILL_SPARE, FILL_GEOMETRY)
+    for G, T, p0, Hkv, half, win, fuse, ns, _ in FILL_CASES:
+        for n in ns:
+            tail, case = bitwise_case("attn_fill", (1, n), 128 if G != 3 else 64, G, T, p0, Hkv, half, win, fuse)
+            yield f"attn fill == plain bitwise fill={n} {tail}", spare(case)
     f4 = fill(4)
     yield "attn fill=4 D=128 G=4 Hkv=8 T=1 pos=100 half-KV", f4(attn_ref_case(128, 4, 1, 100, Hkv=8, half=True))
     yield "attn fill=2 D=128 G=8 Hkv=4 T=2 pos=40 half-KV", \
@@ -540,24 +568,6 @@ def cases() -> Iterator[tuple[str, Case]]:
                                                                                            half=True))
     yield "attn min blocks=4 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
         min_blocks(4)(attn_rows_case(128, 4, 6, 3000, half=True))
-    # attn_combine with its first N splits' partials (and its (m, l)) loaded up front (BW24_ATTN_COMBINE_PF):
-    # bitwise == without, at 4, 22, 32 and 63 live splits, verify rows, a window, split heads, fewer prefetched
-    # splits than live ones (8 of 63; 72 of 126 at 132 splits); where it cannot act (the fused pass 2, one live
-    # split); against the reference, rows == decode, the int8 output rows. planted_prefetch (each prefetched
-    # row the next split's) turns the 7 bitwise cases that run attn_combine red.
-    for D, G, T, p0, Hkv, half, win, fuse, n, ns in (
-            (128, 4, 1, 100, 8, True, None, None, 72, None), (128, 4, 1, 4000, 8, True, None, None, 72, None),
-            (128, 2, 5, 1000, 8, True, None, None, 72, None), (64, 3, 9, 1000, 2, False, 100, None, 72, None),
-            (128, 4, 1, 4000, 8, True, None, None, 8, None), (128, 8, 3, 700, 4, False, None, None, 72, None),
-            (128, 4, 1, 8000, 8, True, None, None, 72, 132), (128, 4, 4, 3000, 8, True, None, 1, 72, None),
-            (128, 4, 1, 20, 8, True, None, None, 72, None)):
-        tail, case = bitwise_case("attn_combine_pf", (0, n), D, G, T, p0, Hkv, half, win, fuse, ns)
-        yield f"attn combine pf == plain bitwise pf={n} {tail}", case
-    yield "attn combine pf=72 D=128 G=4 T=1 pos=4000 half-KV", combine_pf(72)(attn_ref_case(128, 4, 1, 4000, Hkv=8,
-                                                                                             half=True))
-    yield "attn combine pf=72 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
-        combine_pf(72)(attn_rows_case(128, 4, 6, 3000, half=True))
-    yield "attn combine pf=72 +q8 out D=128 G=4 Hkv=8 T=1 pos=700", combine_pf(72)(attn_q8_case(128, 4, 1, 700, 8))
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -50,16 +50,9 @@
 #ifndef BW24_COMBINE_UNROLL
 #define BW24_COMBINE_UNROLL 32
 #endif
-// BW24_COMBINE_PREFETCH (ops/cuda/backend.py attn_combine_pf; opt-in, 0 = off): attn_combine loads its first PF
-// splits' partial rows into registers, and each thread keeps the (m, l) it read for the max, before anything
-// waits: the sums need M and the weights, but their loads do not. Without it a head's pass 2 makes 3 dependent
-// L2 round trips at 4 live splits (m for the max, m and l again for the weights, then the rows) and 4 at 66
-// (the rows in batches of the 32-wide unroll); with it one. At 1653f1f (BW24_PDL=0) attn_combine took 3.8 us a
-// layer at d0 and 6.1 at depth 4096 on the 8B, on the critical path of every layer. The sums still run in
-// split order on the same values: the same bits.
-#ifndef BW24_COMBINE_PREFETCH
-#define BW24_COMBINE_PREFETCH 0
-#endif
+// Not here: loading the first 72 splits' partial rows and (m, l) before the max (one L2 round trip instead of
+// 3-4; BW24_ATTN_COMBINE_PF=72 at 5b56e32) made the decode slower on every cell measured, most where pass 2 is
+// the larger share: the 0.6B's d0 token -13.1%, the 8B's -7.3% (d0) / -2.0% (d4096). Removed.
 
 // BW24_ATTN_SHORT (ops/cuda/backend.py attn_short; opt-in, 0 = off): up to this many live keys take one
 // split, whose block writes the output itself (attn_combine returns at once), instead of ch-key splits
@@ -226,39 +219,11 @@ struct RawRow {
 // threads cover the output dims (nd <= 2: blockDim >= DV / 2); every thread sums L and its A's in split
 // order, so a dim's arithmetic does not depend on the block size (attn_combine and attn_split's fused
 // last block give the same bits). __ldcg: a fused last block reads partials other blocks just wrote.
-// PF: BW24_COMBINE_PREFETCH for attn_combine (one dim a thread there); attn_split's fused last block takes 0, so
-// its registers (and its occupancy) stay those of the kernel without it.
-template <int PF>
 __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
                                              i64 base, int live, int DV, float* __restrict__ o, float* red,
                                              float* wt, float* lw) {
-    static_assert(PF >= 0 && PF <= COMBINE_TILE, "prefetch within the first tile");
-    const int nd = (DV + blockDim.x - 1) / blockDim.x;
-    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
-    const bool pf = PF > 0 && nd == 1;  // block-uniform
-    float pa[PF > 0 ? PF : 1];  // the first PF splits' rows at dim d0
-    float ml0 = -INFINITY, ml1 = 0.f;  // (m, l) of split threadIdx.x, read once (pf)
-    if constexpr (PF > 0) {
-        if (pf) {
-#pragma unroll
-            for (int i = 0; i < PF; ++i) {
-                if (i < live && d0 < DV) {
-#ifdef BW24_PLANTED_PREFETCH  // kernel_check canary: the prefetch reads the next split's row
-                    pa[i] = __ldcg(part_acc + (base + min(i + 1, live - 1)) * DV + d0);
-#else
-                    pa[i] = __ldcg(part_acc + (base + i) * DV + d0);
-#endif
-                }
-            }
-            if ((int)threadIdx.x < live) {
-                ml0 = __ldcg(part_ml + 2 * (base + threadIdx.x));
-                ml1 = __ldcg(part_ml + 2 * (base + threadIdx.x) + 1);
-            }
-        }
-    }
     float M = -INFINITY;
-    for (int s = threadIdx.x; s < live; s += blockDim.x)
-        M = fmaxf(M, pf && s == (int)threadIdx.x ? ml0 : __ldcg(part_ml + 2 * (base + s)));
+    for (int s = threadIdx.x; s < live; s += blockDim.x) M = fmaxf(M, __ldcg(part_ml + 2 * (base + s)));
     // block max (exact, so its order does not matter)
     M = warp_max(M);
     __syncthreads();  // red may still be read for a previous head's max
@@ -267,15 +232,16 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
     M = -INFINITY;
     for (int u = 0; u < (int)(blockDim.x >> 5); ++u) M = fmaxf(M, red[u]);
 
+    const int nd = (DV + blockDim.x - 1) / blockDim.x;
     float L = 0.f, A0 = 0.f, A1 = 0.f;
+    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
     for (int s0 = 0; s0 < live; s0 += COMBINE_TILE) {
         const int ns = min(COMBINE_TILE, live - s0);
         __syncthreads();  // the previous tile's weights are consumed
         for (int i = threadIdx.x; i < ns; i += blockDim.x) {
-            const bool mine = pf && s0 + i == (int)threadIdx.x;  // the (m, l) this thread already holds
-            const float f = expf((mine ? ml0 : __ldcg(part_ml + 2 * (base + s0 + i))) - M);
+            const float f = expf(__ldcg(part_ml + 2 * (base + s0 + i)) - M);
             wt[i] = f;
-            lw[i] = (mine ? ml1 : __ldcg(part_ml + 2 * (base + s0 + i) + 1)) * f;
+            lw[i] = __ldcg(part_ml + 2 * (base + s0 + i) + 1) * f;
         }
         __syncthreads();
         const float* ab = part_acc + (base + s0) * DV;
@@ -285,21 +251,8 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
 #else
         const int nl = ns;
 #endif
-        int i0 = 0;  // the prefetched splits first (the first tile only), in the same order
-        if constexpr (PF > 0) {
-            if (pf && s0 == 0) {
-#pragma unroll
-                for (int i = 0; i < PF; ++i) {
-                    if (i < nl) {
-                        L += lw[i];
-                        if (d0 < DV) A0 = fmaf(pa[i], wt[i], A0);
-                    }
-                }
-                i0 = min(PF, nl);
-            }
-        }
 #pragma unroll CU
-        for (int i = i0; i < nl; ++i) {
+        for (int i = 0; i < nl; ++i) {
             L += lw[i];
             if (d0 < DV) A0 = fmaf(__ldcg(ab + (i64)i * DV + d0), wt[i], A0);
             if (nd > 1 && d1 < DV) A1 = fmaf(__ldcg(ab + (i64)i * DV + d1), wt[i], A1);
@@ -636,7 +589,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 #pragma unroll 1
     for (int g = 0; g < G; ++g) {
         const i64 h = (i64)t * H + qh0 + g;
-        combine_head<0>(part_ml, part_acc, h * nsplit, live, DV, out + h * DV, red, wt, lw);
+        combine_head(part_ml, part_acc, h * nsplit, live, DV, out + h * DV, red, wt, lw);
         if (xq)  // each thread quantizes the dims it just wrote; DV % 32 == 0: whole warps, whole groups
             for (int d = threadIdx.x; d < DV; d += NW * 32) {
                 const i64 o = h * DV + d;
@@ -664,8 +617,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
 #endif
     const int live = (n + c - 1) / c;
     if (live == 1) return;  // attn_split wrote the output itself
-    combine_head<BW24_COMBINE_PREFETCH>(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV,
-                                        out + ((i64)t * H + h) * DV, red, wt, lw);
+    combine_head(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV, out + ((i64)t * H + h) * DV, red, wt, lw);
     if (xq) {  // this thread's own output dim, just written by it
         const i64 o = ((i64)t * H + h) * DV + threadIdx.x;
         quant_group32(out[o], threadIdx.x & 31, xq + (o & ~(i64)31), xs + (o >> 5));

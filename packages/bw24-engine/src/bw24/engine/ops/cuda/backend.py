@@ -208,12 +208,6 @@ class CudaOps(Ops):
     # without, the 8B 377.1 / 371.9 (the table's 33 splits); at 66 splits (the table's since) 905.9 / 383.5.
     # BW24_ATTN_COMBINE32=0 turns it off (perf rows "no_attn_combine32").
     attn_combine32 = os.environ.get("BW24_ATTN_COMBINE32", "1") != "0"
-    # attn_combine's first N splits' partial rows (and each thread's (m, l)) loaded before the max and the
-    # weights the sums wait for (attention.cu BW24_COMBINE_PREFETCH, why there; the same sums in the same
-    # order, the same bits): BW24_ATTN_COMBINE_PF = 0 (off, the default) or a multiple of 8 up to 128 (72 covers
-    # the table's 66 splits); perf rows "attn_combine_pf_N". Opt-in until measured.
-    attn_combine_pf_env = os.environ.get("BW24_ATTN_COMBINE_PF", "0")
-    attn_combine_pf = 0  # the value __init__ checked
     # Contexts of at most N live keys in one decode / verify attention split whose block writes the output
     # (attention.cu BW24_ATTN_SHORT; attn_combine returns at once), instead of 32-key splits and pass 2: at 64
     # keys the 0.6B's attn_combine took 3.8 us a layer beside attn_split's 3.5, the 30B-A3B's 3.75 beside
@@ -360,7 +354,6 @@ class CudaOps(Ops):
                                       (f"attn_block_heads_{self.attn_block_heads_env}",
                                        self.attn_split_heads and self.attn_block_heads_env != "4"),
                                       (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
-                                      (f"attn_combine_pf_{self.attn_combine_pf_env}", self.attn_combine_pf_env != "0"),
                                       (f"attn_min_blocks_{self.attn_min_blocks_env}", self.attn_min_blocks_env != "1"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
@@ -412,11 +405,6 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_FILL={self.attn_fill_env!r}: use 1 (off, the default), 2, 4 or 8 (blocks "
                              "sharing an attention block's q heads at shallow depth)")
         self.attn_fill = int(self.attn_fill_env)
-        pf = self.attn_combine_pf_env
-        if not (pf.isdigit() and int(pf) % 8 == 0 and int(pf) <= 128):
-            raise ValueError(f"BW24_ATTN_COMBINE_PF={pf!r}: 0 (off, the default) or a multiple of 8 up to 128 (splits "
-                             "whose partials attn_combine loads up front)")
-        self.attn_combine_pf = int(pf)
         if self.attn_min_blocks_env not in ("1", "2", "3", "4", "5", "6"):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
@@ -462,7 +450,7 @@ class CudaOps(Ops):
         defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
                    "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
                    "planted_combine": (("BW24_PLANTED_COMBINE", 1),), "planted_short": (("BW24_PLANTED_SHORT", 1),),
-                   "planted_fill": (("BW24_PLANTED_FILL", 1),), "planted_prefetch": (("BW24_PLANTED_PREFETCH", 1),),
+                   "planted_fill": (("BW24_PLANTED_FILL", 1),),
                    "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
         if self.pdl:
@@ -477,8 +465,6 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
         if self.attn_fill > 1 and file == "attention.cu":
             defines += (("BW24_ATTN_FILL", self.attn_fill),)
-        if self.attn_combine_pf and file == "attention.cu":
-            defines += (("BW24_COMBINE_PREFETCH", self.attn_combine_pf),)
         if self.attn_min_blocks > 1 and file == "attention.cu":
             defines += (("ATTN_MIN_BLOCKS", self.attn_min_blocks),)
         return get_kernel(file, name, defines)

@@ -170,7 +170,7 @@ def test_attn_fill_cases_leave_the_fill_idle_blocks():
                 return True
         return False
 
-    for G, T, p0, Hkv, half, win, fuse, fills, acting in kca.FILL_CASES:
+    for G, T, p0, Hkv, _, win, fuse, fills, acting in kca.FILL_CASES:
         for n in fills:
             assert acts(G, T, p0, Hkv, win, fuse, n, kca.FILL_SPARE, kca.FILL_GEOMETRY) == acting, (G, T, p0, n)
     # the canary of this test: the geometry of 5b56e32 (no spare keys) leaves the fill nothing to do but the window

@@ -50,7 +50,7 @@ log=lambda s: None))" "$m")
     done ;;
   pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path; pytest [-k EXPR]
     # 600 s: the canary tests compile their planted variants (planted_verify / _split / _pipe) on top of kc's
-    (hdr; timeout 600 python3 -m pytest -q --import-mode=importlib -p no:cacheprovider --benchmark-disable \
+    (hdr; timeout 600 python3 -m pytest -q --durations=40 --import-mode=importlib -p no:cacheprovider --benchmark-disable \
       packages/bw24-engine/tests/test_cuda_gpu.py packages/bw24-engine/tests/test_cuda_memory.py \
       packages/bw24-engine/tests/test_cuda_prefill.py packages/bw24-engine/tests/test_spec_gpu.py \
       packages/bw24-engine/tests/test_engine_prefix_cache.py -k "${1:-not all_green}"; echo "pytest rc=$?") \

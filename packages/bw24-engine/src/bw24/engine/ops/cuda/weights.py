@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .repack import Planes, repack
+from .repack import Planes, repack_parallel
 
 NULL = np.uintp(0)  # a null pointer kernel argument (optional planes, bias, residual)
 
@@ -30,7 +30,10 @@ class QWeight:
 
 
 def upload_weight(name: str, raw: np.ndarray, qtype: Any, shape: tuple[int, ...], put) -> QWeight:
-    """Repack on the host and upload each plane with `put(host_array) -> device array`."""
-    p: Planes = repack(raw, qtype, shape)
+    """Repack on the host and upload each plane with `put(host_array) -> device array`.
+
+    The repack of a big K-quant tensor runs on min(16, CPUs) threads ($BW24_REPACK_THREADS overrides; 1 = serial):
+    single-threaded it dominated model load."""
+    p: Planes = repack_parallel(raw, qtype, shape)
     dev = {k: put(v) for k, v in p.planes.items()}
     return QWeight(name, p.qtype, p.fmt, tuple(int(s) for s in shape), p.n, p.k, dev, p.nbytes)

@@ -33,7 +33,9 @@ case $STAGE in
   place) bash $B/gpu_models.sh place "$@" ;;
   kc)
     # 600 s: 396 cases took ~200 s at a6dcfe3; the verify-rows, split-heads and pipe cases compile new instances
-    (hdr; timeout 600 python3 -m bw24.engine.cli kernel-check; echo "kernel-check rc=$?") > $R/kernel_check.log 2>&1
+    # the modules it loads are recorded (kernels.MANIFEST_ENV; ingest_evidence.py merges them for warm_kernels.py)
+    (hdr; BW24_KERNEL_MANIFEST=$R/kernel_manifest.jsonl timeout 600 python3 -m bw24.engine.cli kernel-check
+     echo "kernel-check rc=$?") > $R/kernel_check.log 2>&1
     grep -E "FAIL|ALL GREEN|rc=|Error" $R/kernel_check.log | head -20; grep -c " OK" $R/kernel_check.log ;;
   gates)
     for m in "$@"; do
@@ -50,7 +52,7 @@ log=lambda s: None))" "$m")
     done ;;
   pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path; pytest [-k EXPR]
     # 600 s: the canary tests compile their planted variants (planted_verify / _split / _pipe) on top of kc's
-    (hdr; timeout 600 python3 -m pytest -q --durations=40 --import-mode=importlib -p no:cacheprovider --benchmark-disable \
+    (hdr; BW24_KERNEL_MANIFEST=$R/kernel_manifest.jsonl timeout 600 python3 -m pytest -q --durations=40 --import-mode=importlib -p no:cacheprovider --benchmark-disable \
       packages/bw24-engine/tests/test_cuda_gpu.py packages/bw24-engine/tests/test_cuda_memory.py \
       packages/bw24-engine/tests/test_cuda_prefill.py packages/bw24-engine/tests/test_spec_gpu.py \
       packages/bw24-engine/tests/test_engine_prefix_cache.py -k "${1:-not all_green}"; echo "pytest rc=$?") \

@@ -14,6 +14,9 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
 - as they are (JSON, no header): a `profile` stage's per-model profile/*.json into profile_<SHA>[_suffix]/ (what
   `python -m bw24.engine.perf.breakdown` reads), and a `wb` stage's nb/*.json tuning table as
   tuning_h200_<SHA>[_suffix]_<name>.json beside its nb/<notebook>.log (wb_<notebook>_h200_<SHA>[_suffix].log).
+- the modules kernel-check and the GPU pytest loaded (R_DIR/kernel_manifest.jsonl, recorded through
+  kernels.MANIFEST_ENV): merged into benchmarks/kernel_manifest_h200.jsonl (once each, sorted), which
+  warm_kernels.py compiles on every core before the next session's chain.
 
 Then regenerate the README table: python -m bw24.engine.cli bench --table --write README.md
 """
@@ -21,6 +24,7 @@ Then regenerate the README table: python -m bw24.engine.cli bench --table --writ
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -28,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 EVIDENCE = ROOT / "packages" / "bw24-engine" / "evidence"
 PERF = ROOT / "benchmarks" / "perf.jsonl"
+MANIFEST = ROOT / "packages" / "bw24-engine" / "benchmarks" / "kernel_manifest_h200.jsonl"
 _WARN = re.compile(r"UserWarning|warnings\.warn|_warn_once")
 
 
@@ -96,6 +101,16 @@ def new_perf_rows(r: Path) -> list[str]:
     return host[len(ours):]
 
 
+def merged_manifest(r: Path, committed: Path = MANIFEST) -> list[str] | None:
+    """The committed manifest's lines with the session's (R_DIR/kernel_manifest.jsonl) added, each module once
+    (by its parsed JSON), sorted; None when the session recorded none."""
+    host = r / "kernel_manifest.jsonl"
+    if not host.is_file():
+        return None
+    lines = (committed.read_text().splitlines() if committed.is_file() else []) + host.read_text().splitlines()
+    return sorted({json.dumps(json.loads(ln), sort_keys=True) for ln in lines if ln.strip()})
+
+
 def text_of(paths: list[Path], header: str) -> str:
     parts = []
     for p in paths:
@@ -130,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             dest = EVIDENCE / name
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(paths[0].read_text() if name.endswith(".json") else text_of(paths, header))
+    manifest = merged_manifest(a.r)
+    if manifest is not None:
+        print(f"kernel manifest: {len(manifest)} modules -> {MANIFEST.name}")
+        if not a.dry_run:
+            MANIFEST.write_text("\n".join(manifest) + "\n")
     print(f"perf rows: {len(rows)} new")
     if rows and not a.dry_run:
         with PERF.open("a") as fh:

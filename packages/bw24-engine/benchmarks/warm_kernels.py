@@ -4,17 +4,24 @@ A bare host compiles each kernel instance the first time a process asks for it, 
 another (~0.5 s each here): kernel-check took 5.8 of the 30 device minutes at e7b99ea. This compiles the
 instances the engine launches (kernels.COMPILE_SET), each as its own module with the defines CudaOps gives
 on sm_90+ (BW24_PDL), exactly as ops/cuda/kernels.get_kernel will ask for it (the same cache key), in a
-process pool. Instances outside the set still compile on first use.
+process pool. Then the modules the last session's kernel-check and GPU pytest loaded (the canaries' planted
+variants, the opt-ins' builds: MANIFEST, recorded through kernels.MANIFEST_ENV and merged by
+ingest_evidence.py), those with the PDL define this device gets; a recorded module that no longer compiles (a
+kernel since removed) is counted and skipped. Other instances still compile on first use.
 
     python warm_kernels.py [ARCH]      (ARCH: the device's, e.g. 90a; default: read from the GPU)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+MANIFEST = Path(__file__).resolve().parent / "kernel_manifest_h200.jsonl"
 
 
 def jobs(pdl: bool = True) -> list[tuple[str, tuple[str, ...], dict]]:
@@ -29,12 +36,33 @@ def jobs(pdl: bool = True) -> list[tuple[str, tuple[str, ...], dict]]:
     return out
 
 
-def _compile(job, arch: str) -> str:
+def manifest_jobs(path: Path = MANIFEST, pdl: bool = True) -> list[tuple[str, tuple[str, ...], dict]]:
+    """The recorded modules (one JSON line each: file, names, defines) of kernel files that still exist, with
+    the PDL define as this device gets it (a record from a device without it, or with it, skipped), once each."""
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+
+    out, seen = [], set()
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        rec = json.loads(line)
+        defines = {k: v for k, v in rec["defines"]}
+        key = (rec["file"], tuple(rec["names"]), tuple(sorted(defines.items())))
+        if key in seen or ("BW24_PDL" in defines) != pdl or not (KERNEL_DIR / rec["file"]).is_file():
+            continue
+        seen.add(key)
+        out.append((key[0], key[1], defines))
+    return out
+
+
+def _compile(job, arch: str) -> str | None:
+    """The module's cache key; None where it does not compile (a recorded instance since removed)."""
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
 
     f, names, defines = job
-    return compile_cubin(KERNEL_DIR / f, arch, defines, names).key
+    try:
+        return compile_cubin(KERNEL_DIR / f, arch, defines, names).key
+    except Exception:  # noqa: BLE001 (a stale record: NVRTC's error for a name the file no longer has)
+        return None
 
 
 def main(arch: str | None = None) -> int:
@@ -46,12 +74,16 @@ def main(arch: str | None = None) -> int:
     else:
         pdl = int(arch[:2]) >= 9
     todo = jobs(pdl)
+    norm = {(f, n, tuple(sorted(d.items()))) for f, n, d in todo}
+    recorded = [j for j in manifest_jobs(pdl=pdl) if (j[0], j[1], tuple(sorted(j[2].items()))) not in norm]
     t = time.perf_counter()
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        keys = list(pool.map(_compile, todo, [arch] * len(todo)))
-    print(f"warm: {len(keys)} modules for sm_{arch}{' with BW24_PDL' if pdl else ''} in "
+        keys = list(pool.map(_compile, todo + recorded, [arch] * (len(todo) + len(recorded))))
+    failed = sum(k is None for k in keys)
+    print(f"warm: {len(keys) - failed} modules for sm_{arch}{' with BW24_PDL' if pdl else ''} ({len(todo)} of the "
+          f"compile set, {len(recorded)} recorded, {failed} that no longer compile) in "
           f"{time.perf_counter() - t:.1f} s on {os.cpu_count()} cores")
-    return 0
+    return 1 if any(k is None for k in keys[:len(todo)]) else 0
 
 
 if __name__ == "__main__":

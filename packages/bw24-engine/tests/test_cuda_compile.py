@@ -129,15 +129,9 @@ def test_warm_kernels_builds_the_modules_get_kernel_loads(cache):
     """benchmarks/warm_kernels.py (the GPU host's first stage) compiles each COMPILE_SET instance as its own
     module with CudaOps' sm_90 defines, and each file's plain extern "C" kernels as one more, under the cache
     keys get_kernel's loads ask for (one name expression for a template instance, none otherwise)."""
-    import importlib.util
-    from pathlib import Path
-
     from bw24.runtime.compile import cache_key
 
-    spec = importlib.util.spec_from_file_location(
-        "warm_kernels", Path(__file__).resolve().parents[1] / "benchmarks" / "warm_kernels.py")
-    wk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(wk)
+    wk = _warm_module()
     jobs = wk.jobs(pdl=True)
     assert {(f, names) for f, names, _ in jobs} == (
         {(f, (n,)) for f, ns in COMPILE_SET.items() for n in ns} | {(f, ()) for f in COMPILE_SET})
@@ -146,3 +140,61 @@ def test_warm_kernels_builds_the_modules_get_kernel_loads(cache):
     key = wk._compile(job, "90a")
     assert key == cache_key(KERNEL_DIR / "norm.cu", "90a", {"BW24_PDL": 1}, job[1], ())
     assert (cache / f"{key}.cubin").is_file()
+
+
+def _warm_module():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "warm_kernels", Path(__file__).resolve().parents[1] / "benchmarks" / "warm_kernels.py")
+    wk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wk)
+    return wk
+
+
+def test_warm_kernels_replays_the_recorded_modules(tmp_path, cache):
+    """warm_kernels.manifest_jobs: the recorded modules of kernel files that exist, once each, with the PDL
+    define as this device gets it; a recorded instance that no longer compiles comes back as None (counted,
+    skipped), not as the warm stage's failure."""
+    import json
+
+    wk = _warm_module()
+    rec = [{"file": "norm.cu", "names": [], "defines": [["BW24_PDL", 1], ["BW24_PLANTED_BUG", 1]]},
+           {"file": "norm.cu", "names": [], "defines": [["BW24_PLANTED_BUG", 1], ["BW24_PDL", 1]]},  # the same
+           {"file": "norm.cu", "names": [], "defines": [["BW24_PLANTED_BUG", 1]]},  # a device without PDL's
+           {"file": "gone.cu", "names": [], "defines": [["BW24_PDL", 1]]},
+           {"file": "norm.cu", "names": ["rmsnorm_reg<3,99>"], "defines": [["BW24_PDL", 1]]}]
+    m = tmp_path / "m.jsonl"
+    m.write_text("\n".join(json.dumps(r) for r in rec) + "\n")
+    jobs = wk.manifest_jobs(m, pdl=True)
+    assert jobs == [("norm.cu", (), {"BW24_PDL": 1, "BW24_PLANTED_BUG": 1}),
+                    ("norm.cu", ("rmsnorm_reg<3,99>",), {"BW24_PDL": 1})]
+    assert wk.manifest_jobs(m, pdl=False) == [("norm.cu", (), {"BW24_PLANTED_BUG": 1})]
+    assert wk.manifest_jobs(tmp_path / "absent.jsonl") == []
+    assert wk._compile(jobs[0], "90a") is not None
+    assert wk._compile(("norm.cu", ("no_such_kernel<1>",), {"BW24_PDL": 1}), "90a") is None
+
+
+def test_get_kernel_records_each_module_it_loads(tmp_path, monkeypatch):
+    """With BW24_KERNEL_MANIFEST set, get_kernel appends the module it loads (file, name expressions, sorted
+    defines) as one JSON line; unset, nothing is written."""
+    import json
+
+    import bw24.runtime as rt
+    from bw24.engine.ops.cuda import kernels as K
+
+    class Mod:
+        def get(self, name):
+            return name
+
+    monkeypatch.setattr(rt, "load_module", lambda *a, **kw: Mod())
+    m = tmp_path / "m.jsonl"
+    K.get_kernel("norm.cu", "rmsnorm_reg<4,2>", (("BW24_PDL", 1), ("A_TEST_RECORD", 0)))  # unset: nothing
+    assert not m.exists()
+    monkeypatch.setenv(K.MANIFEST_ENV, str(m))
+    K.get_kernel("norm.cu", "rmsnorm_reg<4,2>", (("BW24_PDL", 1), ("A_TEST_RECORD", 1)))
+    K.get_kernel("norm.cu", "rms_plain_test", (("A_TEST_RECORD", 1),))
+    got = [json.loads(ln) for ln in m.read_text().splitlines()]
+    assert got == [{"file": "norm.cu", "names": ["rmsnorm_reg<4,2>"], "defines": [["A_TEST_RECORD", 1], ["BW24_PDL", 1]]},
+                   {"file": "norm.cu", "names": [], "defines": [["A_TEST_RECORD", 1]]}]

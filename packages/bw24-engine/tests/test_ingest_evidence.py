@@ -22,6 +22,7 @@ def ingest(tmp_path, monkeypatch):
     perf.write_text('{"row": 1}\n{"row": 2}\n')
     monkeypatch.setattr(mod, "EVIDENCE", ev)
     monkeypatch.setattr(mod, "PERF", perf)
+    monkeypatch.setattr(mod, "MANIFEST", tmp_path / "kernel_manifest_h200.jsonl")
     return mod, ev, perf
 
 
@@ -90,3 +91,24 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("BW24_PDL_0/ncu_qwen3-32b_q4_k_m_4096_attn__T1.txt"), "abc1234") == \
         "ncu_h200_abc1234_pdl_0_qwen3-32b_q4_k_m_4096_attn__T1.txt"
     assert mod.target_name(Path("ncu_T1.log"), "abc1234") is None
+
+
+def test_the_session_kernel_manifest_merges_into_the_committed_one_once_each(ingest, tmp_path):
+    """R_DIR/kernel_manifest.jsonl (the modules kernel-check and pytest loaded, duplicated across processes and
+    key order) joins the committed manifest, each module once, sorted; a session without one leaves it alone."""
+    mod, _, _ = ingest
+    committed = tmp_path / "kernel_manifest_h200.jsonl"
+    committed.write_text('{"defines": [["BW24_PDL", 1]], "file": "norm.cu", "names": []}\n')
+    r = tmp_path / "r"
+    r.mkdir()
+    (r / "perf.jsonl").write_text('{"row": 1}\n{"row": 2}\n')
+    assert mod.main([str(r), "abc1234"]) == 0
+    assert committed.read_text().count("\n") == 1  # no session manifest: untouched
+    a = {"file": "attention.cu", "names": ["attn_split<128,128,4,32,__half>"],
+         "defines": [["BW24_PDL", 1], ["BW24_PLANTED_FILL", 1]]}
+    (r / "kernel_manifest.jsonl").write_text("\n".join([json.dumps(a), json.dumps(dict(reversed(a.items()))),
+                                                       '{"file": "norm.cu", "names": [], "defines": [["BW24_PDL", 1]]}'])
+                                            + "\n")
+    assert mod.main([str(r), "abc1234"]) == 0
+    got = [json.loads(ln) for ln in committed.read_text().splitlines()]
+    assert got == [a, {"defines": [["BW24_PDL", 1]], "file": "norm.cu", "names": []}]

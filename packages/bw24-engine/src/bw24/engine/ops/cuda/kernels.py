@@ -7,6 +7,8 @@ models and synthetic presets; the compile-only stage (no GPU) and the CI test bu
 from __future__ import annotations
 
 import functools
+import json
+import os
 from pathlib import Path
 
 from .attn_mma import instances as attn_mma_instances
@@ -89,6 +91,28 @@ def kernel_files() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 
 
+# A file each process appends the modules it loads to, one JSON line each (file, name expressions, defines), when
+# set: the GPU host's kernel-check and GPU pytest record theirs (h200_session.sh), and warm_kernels.py compiles the
+# committed record (benchmarks/kernel_manifest_h200.jsonl) on every core before the next session's chain. Why: the
+# canaries' planted variants and the opt-ins' builds are compiled one NVRTC run after another where those
+# stages first ask for them (the contract stage took 7.0 of the 30 device minutes at 5b56e32).
+MANIFEST_ENV = "BW24_KERNEL_MANIFEST"
+
+
+def record_module(file: str, names: tuple[str, ...], defines: tuple[tuple[str, object], ...]) -> None:
+    """Append one module to $BW24_KERNEL_MANIFEST (nothing when unset): one O_APPEND write a line, so
+    processes recording at once (kernel-check beside pytest) do not interleave their lines."""
+    path = os.environ.get(MANIFEST_ENV)
+    if not path:
+        return
+    line = json.dumps({"file": file, "names": list(names), "defines": sorted([k, v] for k, v in defines)})
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 @functools.cache
 def get_kernel(file: str, name: str, defines: tuple[tuple[str, object], ...] = ()):
     """A launchable cupy RawKernel for `name` (a plain extern "C" name or a template instance) of
@@ -96,4 +120,5 @@ def get_kernel(file: str, name: str, defines: tuple[tuple[str, object], ...] = (
     from bw24.runtime import load_module
 
     ne = (name,) if "<" in name else ()
+    record_module(file, ne, defines)
     return load_module(KERNEL_DIR / file, defines=dict(defines), name_expressions=ne).get(name)

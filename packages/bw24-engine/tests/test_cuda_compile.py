@@ -198,3 +198,37 @@ def test_get_kernel_records_each_module_it_loads(tmp_path, monkeypatch):
     got = [json.loads(ln) for ln in m.read_text().splitlines()]
     assert got == [{"file": "norm.cu", "names": ["rmsnorm_reg<4,2>"], "defines": [["A_TEST_RECORD", 1], ["BW24_PDL", 1]]},
                    {"file": "norm.cu", "names": [], "defines": [["A_TEST_RECORD", 1]]}]
+
+
+def _blocks_per_sm(report: str) -> dict[tuple[str, str], int]:
+    """attn_registers.sh's report -> {(build, instance): blocks an SM}."""
+    out, build = {}, ""
+    for line in report.splitlines():
+        if line.startswith("== "):
+            build = line[3:].strip()
+        elif "blocks/SM" in line:
+            out[(build, line.split()[0])] = int(line.split()[-1])
+    return out
+
+
+def test_attention_instances_keep_their_blocks_per_sm():
+    """benchmarks/attn_registers.sh (ptxas -v, sm_90a): the decode attention's 2-heads instance (the 0.6B's, and
+    block heads 2's) fits 4 blocks an SM and the 4-heads one 3, as they were built when measured (5b56e32);
+    min blocks 4 fits 4 for every instance. A source change that only moved where combine_head computes its
+    dims took the 2-heads instance from 128 registers to 168 (3 an SM) before this test: the canary below is
+    that report's line."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc on PATH (the CUDA toolkit's ptxas reports the registers)")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "attn_registers.sh"
+    got = _blocks_per_sm(subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout)
+    plain, bounded = "-DBW24_PDL=1 (the defaults)", "-DBW24_PDL=1 -DATTN_MIN_BLOCKS=4"
+    assert got[(plain, "attn_split<128,128,2,32,__half,0>")] == 4
+    assert got[(plain, "attn_split<128,128,4,32,__half,0>")] == 3
+    assert {v for (b, name), v in got.items() if b == bounded and name.startswith("attn_split")} == {4}
+    canary = _blocks_per_sm("== -DBW24_PDL=1 (the defaults)\n"
+                            "attn_split<128,128,2,32,__half,0>        regs 168  spill_loads 0  blocks/SM 3\n")
+    assert canary[(plain, "attn_split<128,128,2,32,__half,0>")] != 4

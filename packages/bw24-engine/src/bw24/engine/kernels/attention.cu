@@ -222,6 +222,10 @@ struct RawRow {
 __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
                                              i64 base, int live, int DV, float* __restrict__ o, float* red,
                                              float* wt, float* lw) {
+    // (nd, d0, d1 first: so placed, the 2-heads attn_split instance, whose fused last block inlines this, builds
+    // at 128 registers a thread (4 blocks an SM), as measured at 5b56e32; computed after the max it took 168)
+    const int nd = (DV + blockDim.x - 1) / blockDim.x;
+    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
     float M = -INFINITY;
     for (int s = threadIdx.x; s < live; s += blockDim.x) M = fmaxf(M, __ldcg(part_ml + 2 * (base + s)));
     // block max (exact, so its order does not matter)
@@ -232,9 +236,7 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
     M = -INFINITY;
     for (int u = 0; u < (int)(blockDim.x >> 5); ++u) M = fmaxf(M, red[u]);
 
-    const int nd = (DV + blockDim.x - 1) / blockDim.x;
     float L = 0.f, A0 = 0.f, A1 = 0.f;
-    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
     for (int s0 = 0; s0 < live; s0 += COMBINE_TILE) {
         const int ns = min(COMBINE_TILE, live - s0);
         __syncthreads();  // the previous tile's weights are consumed

@@ -420,3 +420,84 @@ def test_attn_sums_variant_compiles_and_is_selected_only_for_attention(tmp_path,
     names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<128,128,8,32>",
              "attn_split<64,64,3,32,__half>")
     _attention_variant(tmp_path, monkeypatch, "attn_sums", "BW24_ATTN_SUMS", names, ({"BW24_ATTN_SUMS": 1, "BW24_PDL": 1},))
+
+
+def test_attn_depth_is_parsed_checked_and_recorded(monkeypatch):
+    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (ops/cuda/attn.py AttnDepth): unset / empty is off; a malformed value
+    is refused by CudaOps with an error naming the variable and the value; perf rows say attn_depth_KxHxM."""
+    from bw24.engine.ops.cuda.attn import AttnDepth
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_depth is None and AttnDepth.parse("") is None and AttnDepth.parse(None) is None
+    d = AttnDepth.parse("2048:2:4")
+    assert (d.keys, d.heads, d.min_blocks, d.label) == (2048, 2, 4, "attn_depth_2048x2x4")
+    for bad in ("2048", "2048:2", "0:2:4", "2048:3:4", "2048:2:7", "2048:2:0", "a:2:4", "2048:2:4:1", "-1:2:4"):
+        monkeypatch.setattr(CudaOps, "attn_depth_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_ATTN_DEPTH='{bad}'"):
+            CudaOps()
+    ops = CudaOps.__new__(CudaOps)
+    assert not any(o.startswith("attn_depth") for o in CudaOps.opt_in(ops))
+    ops.attn_depth = d
+    assert "attn_depth_2048x2x4" in CudaOps.opt_in(ops)
+
+
+def _depth_ops(monkeypatch, depth):
+    """A CudaOps shell for CudaOps.capture without a GPU: CapturedGraph replaced by a recorder."""
+    import bw24.runtime as rt
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    log: list[str] = []
+
+    class FakeGraph:
+        def __init__(self, stream):
+            pass
+
+        def capture(self, step):
+            log.append("capture")
+            step()  # (a capture records the step's launches: here it runs them once, as a record)
+            return self
+
+        def replay(self):
+            log.append("replay")
+
+    monkeypatch.setattr(rt, "CapturedGraph", FakeGraph)
+    ops = CudaOps.__new__(CudaOps)
+    ops.use_graphs, ops.stream, ops._scratch_gen, ops._capturing = True, None, 0, False
+    ops.attn_depth, ops.attn_block_heads, ops.attn_min_blocks = depth, 4, 1
+    return ops, log
+
+
+def test_capture_runs_each_depth_class_with_its_geometry_and_graph(monkeypatch):
+    """CudaOps.capture with keys and BW24_ATTN_DEPTH=40:2:4: a call whose cache holds at most 40 keys runs (eagerly
+    first, captured at its second call, then replayed) with 2 q heads a block, a deeper one with its own
+    eager call, capture and replays at 4 blocks an SM; the geometry is restored after every call; a class's
+    graph whose scratch generation moved is captured again. Without keys (or without the variable) one state
+    serves every depth, as before."""
+    from bw24.engine.ops.cuda.attn import AttnDepth
+
+    ops, log = _depth_ops(monkeypatch, AttnDepth(40, 2, 4))
+    keys = [39]
+    ran: list[tuple[int, int]] = []
+
+    def step():
+        ran.append((ops.attn_block_heads, ops.attn_min_blocks))
+        ops._host_synced = getattr(ops, "_host_synced", False)
+
+    run = ops.capture(step, keys=lambda: keys[0])
+    for k in (39, 40, 40, 41, 42, 43, 44):
+        keys[0] = k
+        run()
+        assert (ops.attn_block_heads, ops.attn_min_blocks) == (4, 1)  # restored
+    shallow, deep = (2, 1), (4, 4)
+    assert ran == [shallow, shallow, deep, deep]  # each class: its eager call, then its capture's record
+    assert log == ["capture", "replay", "replay", "capture", "replay", "replay", "replay"]
+    assert set(run.graph_states) == {False, True} and run.graph_state is run.graph_states[False]
+    ops._scratch_gen += 1  # another class's eager call grew scratch: this class's graph is stale
+    run()
+    assert log[-2:] == ["capture", "replay"] and ran[-1] == deep
+    plain, plain_log = _depth_ops(monkeypatch, AttnDepth(40, 2, 4))
+    one = plain.capture(lambda: ran.append((plain.attn_block_heads, plain.attn_min_blocks)))  # no keys: one state
+    n = len(ran)
+    for _ in range(4):
+        one()
+    assert ran[n:] == [(4, 1)] * 2 and plain_log == ["capture", "replay", "replay", "replay"]

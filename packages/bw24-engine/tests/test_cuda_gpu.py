@@ -142,6 +142,43 @@ def test_graph_replay_equals_eager_equals_cpu_over_256_steps(tiny_model):
     assert graph[:32] == greedy_decode(cpu.model, ids, 32)
 
 
+def test_depth_classes_decode_the_plain_tokens_and_a_wrong_deep_build_is_caught(tiny_model, monkeypatch):
+    """BW24_ATTN_DEPTH=40:1:4 on the tiny model (2 q heads a kv head): its steps up to 40 keys run the attention
+    one q head a block, the deeper ones attn_split built for 4 blocks an SM, each class its own graph; the
+    tokens and the last step's logits equal plain decode's bit for bit, and both classes ran. Canary: the
+    planted min-blocks build (a split's last key dropped where ATTN_MIN_BLOCKS > 1) changes the logits, so the
+    deep class really ran the bounded build."""
+    from bw24.engine import Engine
+    from bw24.engine.graph import greedy_decode
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ids = [int(i) for i in np.random.default_rng(1).integers(5, 500, 20)]
+
+    def decode(depth: str, variant: str = ""):
+        monkeypatch.setattr(CudaOps, "attn_depth_env", depth)
+        gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
+        gpu.ops.variant = variant
+        seen: set[bool] = set()
+        cls = gpu.ops._attn_class
+
+        def spy(d, deep):
+            if d is not None:
+                seen.add(deep)
+            return cls(d, deep)
+
+        gpu.ops._attn_class = spy
+        toks = greedy_decode(gpu.model, ids, 48, ahead=4)
+        return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), seen
+
+    plain, plain_logits, none = decode("")
+    toks, logits, seen = decode("40:1:4")
+    assert none == set() and seen == {False, True}
+    assert toks == plain
+    np.testing.assert_array_equal(logits, plain_logits)
+    _, bad_logits, _ = decode("40:1:4", "planted_minblocks")
+    assert not np.array_equal(bad_logits, plain_logits)
+
+
 def _synth(tmp_path_factory, name):
     from bw24.gguf.synth import synth
 

@@ -87,7 +87,7 @@ def test_prefill_graphs_per_chunk_size_and_capture_again_when_scratch_or_cache_m
     class GraphOps(RefOps):
         prefill_graphs, graph_rows, _scratch_gen = True, 2, 0
 
-        def capture(self, step):  # CudaOps.capture's order: eager, capture at the second call, replays
+        def capture(self, step, keys=None):  # CudaOps.capture's order: eager, capture at the second call, replays
             state = {"n": 0, "g": None}
 
             def run():
@@ -163,7 +163,7 @@ def test_all_logits_and_hidden_feeds_leave_the_graphs_cache(tiny, helpers):
     class TwoKernels(RefOps):
         prefill_graphs, graph_rows, _scratch_gen, in_prefill_graph = True, 2, 0, False
 
-        def capture(self, step):
+        def capture(self, step, keys=None):
             def run():
                 step()
 

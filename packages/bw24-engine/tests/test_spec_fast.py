@@ -99,7 +99,7 @@ class _FakeOps:
     def __init__(self):
         self.captures, self.replays, self.eager = 0, 0, 0
 
-    def capture(self, step):
+    def capture(self, step, keys=None):
         state = {"n": 0}
 
         def run():

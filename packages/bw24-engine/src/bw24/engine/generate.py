@@ -153,7 +153,7 @@ def generate(
         model.forward(1, last_only=True)
         ops.sample(row, params, kv.pos, out=token, counts=counts)
 
-    decode = ops.capture(step)
+    decode = ops.capture(step, keys=lambda: kv.n_past)  # (BW24_ATTN_DEPTH's class: the keys after reserve)
     matcher = StopMatcher(stop)
     n = 0
     while True:

@@ -37,7 +37,7 @@ def greedy_decode(model, prompt: Sequence[int], n: int, *, ahead: int = 1) -> li
     model.feed(list(prompt))
     token = buf.view(1).ids
     ops.sample(buf.logits[0], params, kv.pos, out=token)
-    run = ops.capture(decode_step(model, params))
+    run = ops.capture(decode_step(model, params), keys=lambda: kv.n_past)  # (BW24_ATTN_DEPTH's class)
     out = [int(ops.to_host(token)[0])]
     hist = ops.zeros((max(n, 1),), np.int32) if ahead > 1 else None
     while len(out) < n:

@@ -108,11 +108,12 @@ class Ops(ABC):
         """Wait for queued work (no-op for synchronous backends)."""
         return None
 
-    def capture(self, step: Callable[[], None]) -> Callable[[], None]:
+    def capture(self, step: Callable[[], None], keys: Callable[[], int] | None = None) -> Callable[[], None]:
         """Turn a step that only calls ops on preallocated buffers into something replayable.
 
         ref returns the step itself (eager); cuda may capture it as a CUDA graph on the first call
         and replay it afterwards. The step must not read host values that change between calls.
+        keys: the cache's keys for the call about to run (cuda: one graph per depth class, BW24_ATTN_DEPTH).
         """
         return step
 

@@ -117,7 +117,7 @@ class CellBench:
         self.token = m.buf.view(1).ids
         self.ops.sample(m.buf.logits[0], SamplingParams(), m.kv.pos, out=self.token)
         self._step = decode_step(m, SamplingParams())
-        self._run = self.ops.capture(self._step)
+        self._run = self.ops.capture(self._step, keys=lambda: m.kv.n_past)  # (BW24_ATTN_DEPTH's class)
 
     def _decode_rep(self) -> float:
         m, ops = self.model, self.ops

@@ -58,6 +58,40 @@ SPLIT_HEADS = 4
 BLOCK_HEADS = (1, 2, 4)  # the values BW24_ATTN_BLOCK_HEADS takes
 
 
+@dataclass(frozen=True)
+class AttnDepth:
+    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (CudaOps.attn_depth; opt-in): a decode step whose cache holds at most
+    KEYS keys runs the attention with HEADS q heads a block; a deeper one with the configured heads a block
+    (4 by default) and attn_split built for MIN_BLOCKS blocks an SM (attention.cu ATTN_MIN_BLOCKS). Each class
+    is its own captured graph (CudaOps.capture with the step's keys). Why: on the H200 two blocks of 2 heads made
+    the d0 token 3.5% / 3.8% / 1.3% faster on the 8B / 30B-A3B / 32B and the 32B's d4096 one 2.5% slower
+    (1653f1f); 4 blocks an SM made the d4096 token 2.1% / 1.6% faster on the 8B / 32B and the 8B's d0 one 1.6%
+    slower (5b56e32): each wins at one depth. Every head's arithmetic is the same in either geometry, so are the
+    bits (kernel-check's block-heads and min-blocks cases): a step's tokens do not depend on its class."""
+
+    keys: int
+    heads: int
+    min_blocks: int
+
+    @classmethod
+    def parse(cls, text: str | None) -> AttnDepth | None:
+        """None for unset / empty; else the three fields, or ValueError naming the variable."""
+        if not text:
+            return None
+        parts = text.split(":")
+        if (len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1
+                or int(parts[1]) not in BLOCK_HEADS or not 1 <= int(parts[2]) <= 6):
+            raise ValueError(f"BW24_ATTN_DEPTH={text!r}: use KEYS:HEADS:MIN_BLOCKS (KEYS >= 1 cache keys; HEADS one "
+                             f"of {', '.join(map(str, BLOCK_HEADS))}, q heads a block up to KEYS; MIN_BLOCKS 1..6, "
+                             "attn_split's blocks an SM past KEYS), e.g. 2048:2:4")
+        return cls(*(int(p) for p in parts))
+
+    @property
+    def label(self) -> str:
+        """The perf rows' variant name."""
+        return f"attn_depth_{self.keys}x{self.heads}x{self.min_blocks}"
+
+
 def head_groups(G: int, split: bool, per: int = SPLIT_HEADS) -> int:
     """Blocks a kv head's G q heads are spread over (attn_split's grid.x = Hkv * head_groups): per q heads a
     block when split and G is a larger multiple of per, else one block."""

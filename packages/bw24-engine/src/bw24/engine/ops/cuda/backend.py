@@ -235,6 +235,11 @@ class CudaOps(Ops):
     # BW24_ATTN_MIN_BLOCKS = 1 (off, the default) .. 6; perf rows "attn_min_blocks_N". Opt-in until measured.
     attn_min_blocks_env = os.environ.get("BW24_ATTN_MIN_BLOCKS", "1")
     attn_min_blocks = 1  # the value __init__ checked
+    # The attention's geometry by the decode step's depth (ops/cuda/attn.py AttnDepth, why there): BW24_ATTN_DEPTH
+    # = KEYS:HEADS:MIN_BLOCKS, one captured graph per class; perf rows "attn_depth_KEYSxHEADSxMIN_BLOCKS".
+    # Opt-in until measured.
+    attn_depth_env = os.environ.get("BW24_ATTN_DEPTH", "")
+    attn_depth = None  # the AttnDepth __init__ parsed
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -355,6 +360,7 @@ class CudaOps(Ops):
                                        self.attn_split_heads and self.attn_block_heads_env != "4"),
                                       (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
                                       (f"attn_min_blocks_{self.attn_min_blocks_env}", self.attn_min_blocks_env != "1"),
+                                      (self.attn_depth.label if self.attn_depth else "", self.attn_depth is not None),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -409,6 +415,7 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
+        self.attn_depth = _attn.AttnDepth.parse(self.attn_depth_env)
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)
@@ -542,33 +549,62 @@ class CudaOps(Ops):
 
     graph_rows = QMV_NT[-1]  # above: the cuBLAS prefill GEMM, which stream capture refuses
 
-    def capture(self, step):
+    def capture(self, step, keys=None):
         """First call runs eagerly (compiles kernels, sizes scratch); the second captures the step
-        as a CUDA graph and launches it; later calls replay it."""
+        as a CUDA graph and launches it; later calls replay it.
+
+        keys (BW24_ATTN_DEPTH, self.attn_depth): a callable giving the cache's keys for the call about to run
+        (kv.n_past after reserve); each depth class (at most attn_depth.keys keys, or more) then has its own
+        state, eager first call and graph, run with that class's attention geometry (_attn_class). A class's
+        eager call may grow scratch another class's graph holds: a graph whose scratch generation is not the
+        backend's is captured again."""
         from bw24.runtime import CapturedGraph
 
-        state = {"n": 0, "g": None, "eager": not self.use_graphs}
+        depth = self.attn_depth if keys is not None else None
+        states: dict[bool, dict] = {}
+
+        def state_of(deep: bool) -> dict:
+            return states.setdefault(deep, {"n": 0, "g": None, "gen": None, "eager": not self.use_graphs})
 
         def run():
+            deep = depth is not None and keys() > depth.keys
+            state = state_of(deep)
             n = state["n"]
             state["n"] += 1
-            if n == 0:
-                self._host_synced = False
-                step()
-                state["eager"] |= self._host_synced  # e.g. stochastic sampling on the host
-            elif state["eager"]:
-                step()
-            else:
-                if state["g"] is None:
-                    self._capturing = True
-                    try:
-                        state["g"] = CapturedGraph(self.stream).capture(step)
-                    finally:
-                        self._capturing = False
-                state["g"].replay()
+            with self._attn_class(depth, deep):
+                if n == 0:
+                    self._host_synced = False
+                    step()
+                    state["eager"] |= self._host_synced  # e.g. stochastic sampling on the host
+                elif state["eager"]:
+                    step()
+                else:
+                    if state["g"] is None or (depth is not None and state["gen"] != self._scratch_gen):
+                        self._capturing = True
+                        try:
+                            state["g"] = CapturedGraph(self.stream).capture(step)
+                        finally:
+                            self._capturing = False
+                        state["gen"] = self._scratch_gen
+                    state["g"].replay()
 
-        run.graph_state = state
+        run.graph_state = state_of(False)  # the one state without depth classes (PrefillGraph reads its graph)
+        run.graph_states = states
         return run
+
+    @contextmanager
+    def _attn_class(self, depth, deep: bool):
+        """The attention geometry of one depth class (ops/cuda/attn.py AttnDepth) while a step runs or is
+        captured: shallow, depth.heads q heads a block; deep, depth.min_blocks blocks an SM. None: as set."""
+        if depth is None:
+            yield
+            return
+        saved = self.attn_block_heads, self.attn_min_blocks
+        self.attn_block_heads, self.attn_min_blocks = (saved[0], depth.min_blocks) if deep else (depth.heads, saved[1])
+        try:
+            yield
+        finally:
+            self.attn_block_heads, self.attn_min_blocks = saved
 
     # ---- weights --------------------------------------------------------------------------------
     def load_weight(self, ti):

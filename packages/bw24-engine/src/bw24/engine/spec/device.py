@@ -80,10 +80,12 @@ class DeviceIO:
 
 class GraphsByT:
     """Replayable steps keyed by T, made by `make(T)` and turned replayable by ops.capture. A change of
-    `signature()` (scratch reallocated) drops every captured step before the next call."""
+    `signature()` (scratch reallocated) drops every captured step before the next call. keys: the cache's keys
+    for the call about to run, for ops.capture's depth classes (BW24_ATTN_DEPTH); None: one geometry."""
 
-    def __init__(self, ops, make: Callable[[int], Callable[[], None]], signature: Callable[[], object] = lambda: None):
-        self.ops, self.make, self.signature = ops, make, signature
+    def __init__(self, ops, make: Callable[[int], Callable[[], None]], signature: Callable[[], object] = lambda: None,
+                 keys: Callable[[], int] | None = None):
+        self.ops, self.make, self.signature, self.keys = ops, make, signature, keys
         self.runs: dict[int, Callable[[], None]] = {}
         self._sig = signature()
         self.rebuilds = 0
@@ -100,7 +102,7 @@ class GraphsByT:
             self._sig = sig
         run = self.runs.get(T)
         if run is None:
-            run = self.runs[T] = self.ops.capture(self.make(T))
+            run = self.runs[T] = self.ops.capture(self.make(T), keys=self.keys)
         run()
         # The first (eager) call of a new T may grow scratch: every other T's graph is stale then;
         # this T's graph is captured on its next call, with the buffers as they are now.
@@ -119,7 +121,7 @@ class FastVerifier:
         self.model, self.swap = model, swap
         self.io = DeviceIO(model.ops)
         self.out = self.io.ops.zeros((2 * model.max_batch,), np.int32)
-        self.graphs = GraphsByT(self.io.ops, self._step, self.io.signature)
+        self.graphs = GraphsByT(self.io.ops, self._step, self.io.signature, keys=lambda: model.kv.n_past)
 
     def _step(self, T: int) -> Callable[[], None]:
         m, out = self.model, self.out[: 2 * T]

@@ -128,7 +128,7 @@ class DraftModelDrafter:
         if self._dev is None:
             dio = DeviceIO(m.ops)
             step = decode_step(m, SamplingParams())
-            self._dev = (dio, GraphsByT(dio.ops, lambda T: step, dio.signature))
+            self._dev = (dio, GraphsByT(dio.ops, lambda T: step, dio.signature, keys=lambda: m.kv.n_past))
         dio, run = self._dev
         tok = m.buf.view(1).ids  # the step's input and output (int32 [1])
         for t in ctx[len(self.cached):]:  # catch-up, never batched (draft = target stays exact)

@@ -181,7 +181,7 @@ class MTPDrafter:
             return 0
         if self._dev is None:
             dio = DeviceIO(o)
-            self._dev = (dio, GraphsByT(dio.ops, self._step, dio.signature))
+            self._dev = (dio, GraphsByT(dio.ops, self._step, dio.signature, keys=lambda: m.kv.n_past))
         dio, run = self._dev
         tok = m.buf.view(1).ids
         for s in range(0, P, m.max_batch):

@@ -216,7 +216,7 @@ def plain_decode(model, prompt: Sequence[int], n: int, params: SamplingParams,
         key = (replace(params, seed=0), id(ops))
         if key not in graphs:  # the entry holds ops, so its id is not reused while the entry lives
             io = DeviceIO(ops)
-            graphs[key] = (ops, GraphsByT(io.ops, lambda T, step=step: step, io.signature))
+            graphs[key] = (ops, GraphsByT(io.ops, lambda T, step=step: step, io.signature, keys=lambda: model.kv.n_past))
         g = graphs[key][1]
         run = lambda: g(1)  # noqa: E731
     else:  # sampled (its seed is baked into the graph: one per call) or penalties (this call's counts)

@@ -501,3 +501,23 @@ def test_capture_runs_each_depth_class_with_its_geometry_and_graph(monkeypatch):
     for _ in range(4):
         one()
     assert ran[n:] == [(4, 1)] * 2 and plain_log == ["capture", "replay", "replay", "replay"]
+
+
+def test_a_planted_macro_goes_only_to_the_files_that_name_it():
+    """CudaOps.kernel_defines: a planted variant's macro is in the defines of the kernel files whose source (or a
+    header) names it, not of the others (there it changes no code, and it made every module a canary's cases
+    touched compile again); the opt-ins' defines stay where they were. Canary: a macro no file names is nowhere."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import COMPILE_SET, names_macro
+
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant = True, "planted_fill"
+    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FILL", 1), ("BW24_PDL", 1))
+    assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1),)
+    ops.variant = "planted_bug"
+    with_bug = {f for f in COMPILE_SET if ("BW24_PLANTED_BUG", 1) in ops.kernel_defines(f)}
+    assert with_bug == {"attention_mma.cu", "attention_prefill.cu", "moe.cu", "moe_mm.cu", "prefill_gemm.cu",
+                        "qmatvec.cu", "qmatvec_q8.cu"}
+    ops.variant, ops.attn_fill, ops.attn_min_blocks = "", 2, 4
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_FILL", 2), ("ATTN_MIN_BLOCKS", 4))
+    assert not any(names_macro(f, "BW24_PLANTED_NOWHERE") for f in COMPILE_SET)

@@ -20,7 +20,7 @@ from ..base import ACTIVATIONS, ROPE_MODES, Ops, check_qk_norm
 from . import attn as _attn
 from . import norm as _norm
 from . import prefill as _prefill
-from .kernels import ATTN_SHAPES, QMV_NT, get_kernel
+from .kernels import ATTN_SHAPES, QMV_NT, get_kernel, names_macro
 from .launch import Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, QmvConfigs
 from .prefill import PRECISIONS
 from .repack import UnsupportedWeightError
@@ -454,12 +454,19 @@ class CudaOps(Ops):
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
-        defines = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
+        return get_kernel(file, name, self.kernel_defines(file))
+
+    def kernel_defines(self, file: str) -> tuple[tuple[str, object], ...]:
+        """The defines this backend builds kernels/<file> with. A planted variant's macro goes only to the files
+        whose source names it (kernels.names_macro): elsewhere it changes no code, and left in the defines it
+        made every module a canary's cases touched compile again under another cache key."""
+        planted = {"planted_bug": (("BW24_PLANTED_BUG", 1),), "planted_verify": (("BW24_PLANTED_VERIFY", 1),),
                    "planted_split": (("BW24_PLANTED_SPLIT", 1),), "planted_pipe": (("BW24_PLANTED_PIPE", 1),),
                    "planted_combine": (("BW24_PLANTED_COMBINE", 1),), "planted_short": (("BW24_PLANTED_SHORT", 1),),
                    "planted_fill": (("BW24_PLANTED_FILL", 1),),
                    "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
+        defines = tuple(d for d in planted if names_macro(file, d[0]))
         if self.pdl:
             defines += (("BW24_PDL", 1),)
         if self.attn_sums and file == "attention.cu":
@@ -474,7 +481,7 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_FILL", self.attn_fill),)
         if self.attn_min_blocks > 1 and file == "attention.cu":
             defines += (("ATTN_MIN_BLOCKS", self.attn_min_blocks),)
-        return get_kernel(file, name, defines)
+        return defines
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
         """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging)."""

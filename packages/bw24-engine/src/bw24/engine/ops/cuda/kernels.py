@@ -91,6 +91,12 @@ def kernel_files() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 
 
+@functools.cache
+def names_macro(file: str, macro: str) -> bool:
+    """Whether kernels/<file>, or any header beside it (which it may include), mentions `macro`."""
+    return any(macro in p.read_text() for p in [KERNEL_DIR / file, *sorted(KERNEL_DIR.glob("*.cuh"))])
+
+
 # A file each process appends the modules it loads to, one JSON line each (file, name expressions, defines), when
 # set: the GPU host's kernel-check and GPU pytest record theirs (h200_session.sh), and warm_kernels.py compiles the
 # committed record (benchmarks/kernel_manifest_h200.jsonl) on every core before the next session's chain. Why: the

@@ -36,6 +36,12 @@ def jobs(pdl: bool = True) -> list[tuple[str, tuple[str, ...], dict]]:
     return out
 
 
+def _key(job) -> tuple:
+    """A job's identity: (file, names, its defines sorted), as the compile cache keys it."""
+    f, names, defines = job
+    return f, tuple(names), tuple(sorted(defines.items()))
+
+
 def manifest_jobs(path: Path = MANIFEST, pdl: bool = True) -> list[tuple[str, tuple[str, ...], dict]]:
     """The recorded modules (one JSON line each: file, names, defines) of kernel files that still exist, with
     the PDL define as this device gets it (a record from a device without it, or with it, skipped), once each."""
@@ -44,12 +50,11 @@ def manifest_jobs(path: Path = MANIFEST, pdl: bool = True) -> list[tuple[str, tu
     out, seen = [], set()
     for line in path.read_text().splitlines() if path.is_file() else []:
         rec = json.loads(line)
-        defines = {k: v for k, v in rec["defines"]}
-        key = (rec["file"], tuple(rec["names"]), tuple(sorted(defines.items())))
-        if key in seen or ("BW24_PDL" in defines) != pdl or not (KERNEL_DIR / rec["file"]).is_file():
+        job = (rec["file"], tuple(rec["names"]), {k: v for k, v in rec["defines"]})
+        if _key(job) in seen or ("BW24_PDL" in job[2]) != pdl or not (KERNEL_DIR / job[0]).is_file():
             continue
-        seen.add(key)
-        out.append((key[0], key[1], defines))
+        seen.add(_key(job))
+        out.append(job)
     return out
 
 
@@ -74,8 +79,8 @@ def main(arch: str | None = None) -> int:
     else:
         pdl = int(arch[:2]) >= 9
     todo = jobs(pdl)
-    norm = {(f, n, tuple(sorted(d.items()))) for f, n, d in todo}
-    recorded = [j for j in manifest_jobs(pdl=pdl) if (j[0], j[1], tuple(sorted(j[2].items()))) not in norm]
+    have = {_key(j) for j in todo}
+    recorded = [j for j in manifest_jobs(pdl=pdl) if _key(j) not in have]
     t = time.perf_counter()
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         keys = list(pool.map(_compile, todo + recorded, [arch] * (len(todo) + len(recorded))))

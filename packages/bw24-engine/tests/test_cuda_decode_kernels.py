@@ -165,8 +165,7 @@ def test_attn_fill_cases_leave_the_fill_idle_blocks():
         for t in range(T):
             p = p0 + t
             n_keys = p - (max(0, p - win + 1) if win else 0) + 1
-            c = ch * max(1, math.ceil(n_keys / (ch * ns)))
-            if fill_blocks(gb, math.ceil(n_keys / c), ns, n, fused=bool(fuse))[0] > 1:
+            if fill_blocks(gb, math.ceil(n_keys / chunk_len(n_keys, ch, ns)), ns, n, fused=bool(fuse))[0] > 1:
                 return True
         return False
 

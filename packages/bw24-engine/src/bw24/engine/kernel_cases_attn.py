@@ -228,12 +228,15 @@ def spare_keys(n: int, geometry: dict | None = None) -> Callable[[Case], Case]:
     return wrap
 
 
+fill_geometry = spare_keys(FILL_SPARE, FILL_GEOMETRY)  # the fill cases' cache and grid (above)
+
+
 def fill(n: int) -> Callable[[Case], Case]:
     """A wrapper running a case with BW24_ATTN_FILL=n (cu.attn_fill: up to n blocks share a block's q heads at
     shallow depth) on the fill cases' geometry, the split partials NaN-poisoned first (a head no block wrote
     then reads NaN)."""
-    poisoned, spare = _poisoned_with("attn_fill", n), spare_keys(FILL_SPARE, FILL_GEOMETRY)
-    return lambda case: spare(poisoned(case))
+    poisoned = _poisoned_with("attn_fill", n)
+    return lambda case: fill_geometry(poisoned(case))
 
 
 def pipe_equal_case(D, G, T, p0, window=None, softcap=None, Hkv=2, half=False) -> Case:
@@ -513,11 +516,10 @@ def cases() -> Iterator[tuple[str, Case]]:
     # plain kernel's bits where it acts and where it cannot (FILL_CASES); against the reference, rows == decode,
     # the int8 output rows, rope inside attention. planted_fill (every sub-block on its group's first heads)
     # turns the bitwise cases where it acts red (8: test_cuda_gpu).
-    spare = spare_keys(FILL_SPARE, FILL_GEOMETRY)
     for G, T, p0, Hkv, half, win, fuse, ns, _ in FILL_CASES:
         for n in ns:
             tail, case = bitwise_case("attn_fill", (1, n), 128 if G != 3 else 64, G, T, p0, Hkv, half, win, fuse)
-            yield f"attn fill == plain bitwise fill={n} {tail}", spare(case)
+            yield f"attn fill == plain bitwise fill={n} {tail}", fill_geometry(case)
     f4 = fill(4)
     yield "attn fill=4 D=128 G=4 Hkv=8 T=1 pos=100 half-KV", f4(attn_ref_case(128, 4, 1, 100, Hkv=8, half=True))
     yield "attn fill=2 D=128 G=8 Hkv=4 T=2 pos=40 half-KV", \

@@ -56,6 +56,7 @@ ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # wo
 # from L2) may shorten it. The bits stay those of one block a kv head.
 SPLIT_HEADS = 4
 BLOCK_HEADS = (1, 2, 4)  # the values BW24_ATTN_BLOCK_HEADS takes
+MIN_BLOCKS = range(1, 7)  # attn_split's blocks an SM BW24_ATTN_MIN_BLOCKS (and BW24_ATTN_DEPTH's third field) take
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class AttnDepth:
             return None
         parts = text.split(":")
         if (len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1
-                or int(parts[1]) not in BLOCK_HEADS or not 1 <= int(parts[2]) <= 6):
+                or int(parts[1]) not in BLOCK_HEADS or int(parts[2]) not in MIN_BLOCKS):
             raise ValueError(f"BW24_ATTN_DEPTH={text!r}: use KEYS:HEADS:MIN_BLOCKS (KEYS >= 1 cache keys; HEADS one "
                              f"of {', '.join(map(str, BLOCK_HEADS))}, q heads a block up to KEYS; MIN_BLOCKS 1..6, "
                              "attn_split's blocks an SM past KEYS), e.g. 2048:2:4")

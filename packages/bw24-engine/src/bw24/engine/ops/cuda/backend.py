@@ -411,7 +411,7 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_FILL={self.attn_fill_env!r}: use 1 (off, the default), 2, 4 or 8 (blocks "
                              "sharing an attention block's q heads at shallow depth)")
         self.attn_fill = int(self.attn_fill_env)
-        if self.attn_min_blocks_env not in ("1", "2", "3", "4", "5", "6"):
+        if self.attn_min_blocks_env not in [str(n) for n in _attn.MIN_BLOCKS]:
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)

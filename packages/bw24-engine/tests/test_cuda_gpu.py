@@ -310,7 +310,7 @@ def test_seeded_sampling_on_gpu_reproduces_cpu_and_is_captured(tiny_model):
     gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=128, progress=False)
     runs = []
     orig = gpu.ops.capture
-    gpu.ops.capture = lambda step: runs.append(orig(step)) or runs[-1]
+    gpu.ops.capture = lambda step, **kw: runs.append(orig(step, **kw)) or runs[-1]  # (keys=: the depth classes)
     want = [ev.token_id for ev in cpu.generate(ids, 48, **kw)]
     got = [ev.token_id for ev in gpu.generate(ids, 48, **kw)]
     assert got == want

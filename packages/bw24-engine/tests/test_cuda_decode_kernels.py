@@ -160,7 +160,7 @@ def test_attn_fill_cases_leave_the_fill_idle_blocks():
     from bw24.engine.ops.cuda.attn import attn_geometry, head_groups
 
     def acts(G, T, p0, Hkv, win, fuse, n, spare, geometry):
-        ch, ns = attn_geometry(None, p0 + T + 5 + spare, Hkv, n_sm=132, override=geometry)
+        ch, ns = attn_geometry(None, p0 + T + 5 + spare, Hkv, n_sm=132, override=geometry, group=G)
         gb = G // head_groups(G, True)  # a kv head's 8 q heads: two blocks of 4 (split heads, the default)
         for t in range(T):
             p = p0 + t
@@ -422,22 +422,64 @@ def test_attn_sums_variant_compiles_and_is_selected_only_for_attention(tmp_path,
 
 
 def test_attn_depth_is_parsed_checked_and_recorded(monkeypatch):
-    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (ops/cuda/attn.py AttnDepth): unset / empty is off; a malformed value
-    is refused by CudaOps with an error naming the variable and the value; perf rows say attn_depth_KxHxM."""
-    from bw24.engine.ops.cuda.attn import AttnDepth
+    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (ops/cuda/attn.py AttnDepth): unset, the default classes 1024:2:4
+    (unless BW24_ATTN_BLOCK_HEADS, _MIN_BLOCKS or _FILL forces one geometry); empty or 0 off; a malformed value is
+    refused by CudaOps with an error naming the variable and the value; perf rows say attn_depth_KxHxM for
+    another value and no_attn_depth for 0, nothing for the default."""
+    from bw24.engine.ops.cuda.attn import DEPTH_DEFAULT, AttnDepth, depth_in_force
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.attn_depth is None and AttnDepth.parse("") is None and AttnDepth.parse(None) is None
+    assert AttnDepth.parse("") is None and AttnDepth.parse(None) is None and AttnDepth.parse("0") is None
     d = AttnDepth.parse("2048:2:4")
     assert (d.keys, d.heads, d.min_blocks, d.label) == (2048, 2, 4, "attn_depth_2048x2x4")
+    assert DEPTH_DEFAULT == "1024:2:4" and depth_in_force(None, False) == AttnDepth(1024, 2, 4)
+    assert depth_in_force(None, True) is None  # an opt-in's one geometry
+    assert depth_in_force("0", False) is None and depth_in_force("2048:2:4", True) == d  # said outright: as said
     for bad in ("2048", "2048:2", "0:2:4", "2048:3:4", "2048:2:7", "2048:2:0", "a:2:4", "2048:2:4:1", "-1:2:4"):
         monkeypatch.setattr(CudaOps, "attn_depth_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_DEPTH='{bad}'"):
             CudaOps()
     ops = CudaOps.__new__(CudaOps)
-    assert not any(o.startswith("attn_depth") for o in CudaOps.opt_in(ops))
+    ops.attn_depth_env, ops.attn_depth = None, depth_in_force(None, False)
+    assert not any("attn_depth" in o for o in CudaOps.opt_in(ops))  # the default: a plain row
     ops.attn_depth = d
     assert "attn_depth_2048x2x4" in CudaOps.opt_in(ops)
+    ops.attn_depth_env, ops.attn_depth = "0", None
+    assert "no_attn_depth" in CudaOps.opt_in(ops) and not any(o.startswith("attn_depth") for o in CudaOps.opt_in(ops))
+
+
+def test_default_splits_fill_one_wave_of_the_default_grid(monkeypatch):
+    """The split count's default (attn.default_max_splits over split_units): a grid of kv heads x their default
+    head groups x splits holds 4 blocks on each of the H200's 132 SMs, one wave. Hand-counted per model (kv heads,
+    q heads a kv head): the 0.6B (8, 2), the 8B (8, 4) 66; the 32B (8, 8: two blocks of 4) 33 (66 before
+    ba03fa3: two waves); the 30B-A3B (4, 8) 66; smollm2 (3, 3) 176; qwen2.5-coder-1.5b (2, 6) 256 (the cap). The
+    count never follows the q heads a block (BW24_ATTN_BLOCK_HEADS, a depth class): the splits set the partials'
+    summation, so the bits stay one model's."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import attn
+
+    shapes = {"0.6b": (8, 2, 66), "8b": (8, 4, 66), "32b": (8, 8, 33), "30b-a3b": (4, 8, 66), "smollm2": (3, 3, 176),
+              "qwen2.5-1.5b": (2, 6, 256)}
+    for name, (hkv, G, want) in shapes.items():
+        assert attn.attn_geometry(None, 40000, hkv, n_sm=132, group=G) == (ATTN_CHUNK, want), name
+        assert attn.attn_geometry(None, 129, hkv, n_sm=132, group=G) == (ATTN_CHUNK, 5), name  # d0: 5 live units
+    assert attn.attn_geometry(None, 40000, 8, n_sm=132) == (ATTN_CHUNK, 66)  # (group 1: memory.plan's bound)
+
+    def grid(heads_a_block, H=64, Hkv=8, S=4200):
+        launches = []
+        cu = SimpleNamespace(qmv_configs=SimpleNamespace(tuning=None), attn_override=None, attn_fuse=None, attn_q8=False,
+                             attn_split_heads=True, attn_block_heads=heads_a_block, _k=lambda f, n: (f, n),
+                             _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
+                             _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1], g)))
+        q, out = np.zeros((1, H, 128), np.float32), np.zeros((1, H, 128), np.float32)
+        kc, vc = np.zeros((Hkv, S, 128), np.float16), np.zeros((Hkv, S, 128), np.float16)
+        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32), scale=1.0, softcap=None, window=None, out=out)
+        return [g for n, g in launches if n.startswith("attn_split")][0]
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)  # (no GPU here: the H200's SMs)
+    assert grid(4) == (16, 33, 1) and grid(2) == (32, 33, 1) and grid(1) == (64, 33, 1)  # the 32B: splits stay
+    assert grid(4, H=32) == (8, 66, 1) and grid(2, H=32) == (16, 66, 1)  # the 8B
 
 
 def _depth_ops(monkeypatch, depth):

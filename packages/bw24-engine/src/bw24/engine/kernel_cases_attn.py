@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
-from .ops.cuda.attn import ATTN_CHUNK, block_heads_of, default_max_splits, head_groups
+from .ops.cuda.attn import ATTN_CHUNK, block_heads_of, default_max_splits, head_groups, split_units
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
 
@@ -436,9 +436,13 @@ def cases() -> Iterator[tuple[str, Case]]:
     for p0 in (0, c - 2, c - 1, c, c + 1, 2 * c - 1, 2 * c, 5 * c + 3):
         yield f"attn D=128 G=4 T=1 pos={p0} (unit {c})", attn_ref_case(128, 4, 1, p0)
     # long depth where the keys per split grow past the unit (CH * max_splits keys; Hkv=8 on 132 SMs: 66)
-    grow = c * default_max_splits(8, 132)
+    grow = c * default_max_splits(split_units(8, 4), 132)
     for p0 in (grow - 1, grow + 5, 2 * grow + 77):
         yield f"attn D=128 G=4 Hkv=8 T=1 pos={p0} (splits grow)", attn_ref_case(128, 4, 1, p0, Hkv=8)
+    # the 32B's shape (8 q heads a kv head in two blocks of 4): half the splits, one wave (attn.default_max_splits)
+    grow = c * default_max_splits(split_units(8, 8), 132)
+    for p0 in (grow - 1, grow + 5, 4096):
+        yield f"attn D=128 G=8 Hkv=8 T=1 pos={p0} (splits grow, two head groups)", attn_ref_case(128, 8, 1, p0, Hkv=8)
     for G in range(1, 9):
         D = 128 if G in (1, 2, 4, 8) else 64
         yield f"attn D={D} G={G} T=1 pos=100", attn_ref_case(D, G, 1, 100)

@@ -35,9 +35,14 @@ def _sm_count() -> int:
     return int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
 
-def default_max_splits(hkv: int, n_sm: int) -> int:
-    """Enough (split, kv head) blocks to cover the GPU ~4 times at T = 1, and bounded partials."""
-    return max(16, min(256, math.ceil(BLOCKS_PER_SM * n_sm / hkv)))
+def default_max_splits(units: int, n_sm: int) -> int:
+    """Enough blocks to cover the GPU ~4 times at T = 1 in one wave, and bounded partials. units: the grid's
+    blocks a split, kv heads x their default head groups (split_units): a kv head's 8 q heads in two blocks of 4
+    (the 32B, the 30B-A3B) count twice. Until ba03fa3 the kv heads alone counted, so the 32B's d4096 grid was 8
+    x 2 x 66 = 1,056 blocks, two waves of 4 blocks an SM; at 33 splits (528 blocks, one wave of blocks twice
+    as long) its d4096 token ran 123.4 tok/s against 119.0 at 66 (both at 4 blocks an SM) and 116.5 on the
+    defaults of the session (evidence/perf_h200_ba03fa3_attn_min_blocks_4_attn_decode_32x33.log)."""
+    return max(16, min(256, math.ceil(BLOCKS_PER_SM * n_sm / units)))
 
 
 ATTN_SPACE = {"chunk": list(ATTN_CHUNKS), "max_splits": [16, 33, 66, 132],  # workbench/tune_attention.py
@@ -59,9 +64,16 @@ BLOCK_HEADS = (1, 2, 4)  # the values BW24_ATTN_BLOCK_HEADS takes
 MIN_BLOCKS = range(1, 7)  # attn_split's blocks an SM BW24_ATTN_MIN_BLOCKS (and BW24_ATTN_DEPTH's third field) take
 
 
+# The depth classes in force when BW24_ATTN_DEPTH is unset (and no single geometry is forced, CudaOps.__init__):
+# measured on the H200 at ba03fa3 against the defaults of the same session, faster on every cell it ran: the 8B's
+# d0 470.1 tok/s against 456.4 (+3.0%) and d4096 381.0 / 380.7, the 30B-A3B's d0 448.3 / 434.7 (+3.1%), the 32B's
+# d0 142.1 / 141.4 and d4096 119.0 / 116.5 (+2.1%) (evidence/perf_h200_ba03fa3_attn_depth_1024x2x4.log).
+DEPTH_DEFAULT = "1024:2:4"
+
+
 @dataclass(frozen=True)
 class AttnDepth:
-    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (CudaOps.attn_depth; opt-in): a decode step whose cache holds at most
+    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (CudaOps.attn_depth; DEPTH_DEFAULT when unset, 0 off): a decode step whose cache holds at most
     KEYS keys runs the attention with HEADS q heads a block; a deeper one with the configured heads a block
     (4 by default) and attn_split built for MIN_BLOCKS blocks an SM (attention.cu ATTN_MIN_BLOCKS). Each class
     is its own captured graph (CudaOps.capture with the step's keys). Why: on the H200 two blocks of 2 heads made
@@ -76,21 +88,29 @@ class AttnDepth:
 
     @classmethod
     def parse(cls, text: str | None) -> AttnDepth | None:
-        """None for unset / empty; else the three fields, or ValueError naming the variable."""
-        if not text:
+        """None for empty or 0 (one geometry at every depth); else the three fields, or ValueError naming the
+        variable."""
+        if not text or text == "0":
             return None
         parts = text.split(":")
         if (len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1
                 or int(parts[1]) not in BLOCK_HEADS or int(parts[2]) not in MIN_BLOCKS):
             raise ValueError(f"BW24_ATTN_DEPTH={text!r}: use KEYS:HEADS:MIN_BLOCKS (KEYS >= 1 cache keys; HEADS one "
                              f"of {', '.join(map(str, BLOCK_HEADS))}, q heads a block up to KEYS; MIN_BLOCKS 1..6, "
-                             "attn_split's blocks an SM past KEYS), e.g. 2048:2:4")
+                             f"attn_split's blocks an SM past KEYS), e.g. 2048:2:4, or 0 (off; unset: {DEPTH_DEFAULT})")
         return cls(*(int(p) for p in parts))
 
     @property
     def label(self) -> str:
         """The perf rows' variant name."""
         return f"attn_depth_{self.keys}x{self.heads}x{self.min_blocks}"
+
+
+def depth_in_force(env: str | None, single: bool) -> AttnDepth | None:
+    """The depth classes for BW24_ATTN_DEPTH's value env (None: unset). Unset, DEPTH_DEFAULT, unless `single`: an
+    opt-in (BW24_ATTN_BLOCK_HEADS, _MIN_BLOCKS, _FILL) forces one geometry, which a class would override at one of
+    the two depths."""
+    return AttnDepth.parse(("" if single else DEPTH_DEFAULT) if env is None else env)
 
 
 def head_groups(G: int, split: bool, per: int = SPLIT_HEADS) -> int:
@@ -105,6 +125,13 @@ def block_heads_of(cu) -> int:
     return getattr(cu, "attn_block_heads", None) or SPLIT_HEADS
 
 
+def split_units(hkv: int, G: int) -> int:
+    """The grid's blocks a split at the default head groups (SPLIT_HEADS q heads a block). From the model's
+    shape alone, never from BW24_ATTN_BLOCK_HEADS / _SPLIT_HEADS or a depth class: the split count sets the
+    partials' summation, so every geometry of one model keeps the same bits."""
+    return hkv * head_groups(G, True)
+
+
 def _config(tuning, override: dict | None) -> dict:
     """The attention.decode config in force: the table's entry with a workbench override's keys on top.
     An override that names only some keys (kernel_check's {"fuse_combine": 1}) keeps the table's others,
@@ -113,15 +140,17 @@ def _config(tuning, override: dict | None) -> dict:
     return {**table, **(override or {})}
 
 
-def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None) -> tuple[int, int]:
-    """(CH, grid splits ns) for a cache of S keys. Never a function of T (bit-identical rows).
-    `override`: a config forced by a workbench sweep (CudaOps.set_launch_config("attention", ...))."""
+def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None, *,
+                  group: int = 1) -> tuple[int, int]:
+    """(CH, grid splits ns) for a cache of S keys and hkv kv heads of `group` q heads each. Never a function of T
+    (bit-identical rows). `override`: a config forced by a workbench sweep (CudaOps.set_launch_config("attention",
+    ...))."""
     cfg = _config(tuning, override)
     ch = cfg.get("chunk", ATTN_CHUNK)
     ch = ch if ch in ATTN_CHUNKS else ATTN_CHUNK  # a table entry outside the compiled set: default
     maxs = cfg.get("max_splits")
     if not isinstance(maxs, int) or maxs < 1:
-        maxs = default_max_splits(hkv, n_sm if n_sm is not None else _sm_count())
+        maxs = default_max_splits(split_units(hkv, group), n_sm if n_sm is not None else _sm_count())
     return ch, max(1, min(math.ceil(S / ch), maxs))
 
 
@@ -134,7 +163,8 @@ def fuse_combine(tuning, override: dict | None = None) -> bool:
 
 
 def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
-    """A chunk for memory.plan whose ceil(n_ctx / chunk) bounds the grid splits from above."""
+    """A chunk for memory.plan whose ceil(n_ctx / chunk) bounds the grid splits from above (group 1: the most
+    splits any group gives)."""
     _, ns = attn_geometry(tuning, n_ctx, hkv, n_sm)
     return max(1, n_ctx // ns)
 
@@ -185,7 +215,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     forced = getattr(cu, "attn_fuse", None)  # BW24_ATTN_FUSE over the table; a workbench override over both
     if forced is not None:
         override = {"fuse_combine": int(forced), **(override or {})}
-    ch, ns = attn_geometry(tuning, S, Hkv, override=override)
+    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=G)
     fused = fuse_combine(tuning, override)
     rows = out.reshape(T, H * Dv)
     # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
@@ -221,5 +251,6 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "SPLIT_HEADS", "RopeFusion", "attention",
-           "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable"]
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEPTH_DEFAULT", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
+           "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
+           "split_units"]

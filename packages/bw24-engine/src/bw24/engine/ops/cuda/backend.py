@@ -222,23 +222,31 @@ class CudaOps(Ops):
     # session (llama.cpp 304.7 / 306.7). BW24_ATTN_SPLIT_HEADS=0 turns it off (perf rows "no_attn_split_heads").
     attn_split_heads = os.environ.get("BW24_ATTN_SPLIT_HEADS", "1") != "0"
     # q heads a block when a kv head's are split (ops/cuda/attn.py BLOCK_HEADS, why there): BW24_ATTN_BLOCK_HEADS
-    # = 1, 2 or 4 (the default); perf rows "attn_block_heads_N" for the others. Opt-in until measured.
+    # = 1, 2 or 4 (the default); perf rows "attn_block_heads_N" for the others. One geometry at every depth: 2
+    # is +3.0% / +3.5% on the 8B's / 30B-A3B's d0 (ba03fa3) and -2.5% on the 32B's d4096 (1653f1f); the default
+    # depth classes (BW24_ATTN_DEPTH) run 2 up to 1,024 keys.
     attn_block_heads_env = os.environ.get("BW24_ATTN_BLOCK_HEADS", "4")
     attn_block_heads = 4  # the value __init__ checked
     # At shallow depth, up to N blocks share a decode / verify attention block's q heads, run by the split
     # blocks past the live range (attention.cu BW24_ATTN_FILL, why there; the grid and the bits unchanged):
-    # BW24_ATTN_FILL = 1 (off, the default), 2, 4 or 8; perf rows "attn_fill_N". Opt-in until measured.
+    # BW24_ATTN_FILL = 1 (off, the default), 2, 4 or 8; perf rows "attn_fill_N". Opt-in: 4 moved nothing
+    # (5b56e32); 2 was +2.1% / +1.8% on the 8B's / 30B-A3B's d0 and -2.7% / -3.8% on the 8B's / 0.6B's d4096
+    # (ba03fa3), where the depth classes win on every cell.
     attn_fill_env = os.environ.get("BW24_ATTN_FILL", "1")
     attn_fill = 1  # the value __init__ checked
     # attn_split built to fit N blocks an SM (attention.cu ATTN_MIN_BLOCKS, why there: at 154 registers a thread
     # an SM holds 3, so the d4096 cells' 528 / 1,056 blocks ran in 2 / 3 waves; the same PTX, the same bits):
-    # BW24_ATTN_MIN_BLOCKS = 1 (off, the default) .. 6; perf rows "attn_min_blocks_N". Opt-in until measured.
+    # BW24_ATTN_MIN_BLOCKS = 1 (off, the default) .. 6; perf rows "attn_min_blocks_N". One geometry at every
+    # depth: 4 is +2.1% / +1.6% on the 8B's / 32B's d4096 and -1.6% on the 8B's d0 (5b56e32); the default depth
+    # classes (BW24_ATTN_DEPTH) build 4 past 1,024 keys.
     attn_min_blocks_env = os.environ.get("BW24_ATTN_MIN_BLOCKS", "1")
     attn_min_blocks = 1  # the value __init__ checked
     # The attention's geometry by the decode step's depth (ops/cuda/attn.py AttnDepth, why there): BW24_ATTN_DEPTH
-    # = KEYS:HEADS:MIN_BLOCKS, one captured graph per class; perf rows "attn_depth_KEYSxHEADSxMIN_BLOCKS".
-    # Opt-in until measured.
-    attn_depth_env = os.environ.get("BW24_ATTN_DEPTH", "")
+    # = KEYS:HEADS:MIN_BLOCKS, one captured graph per class; perf rows "attn_depth_KEYSxHEADSxMIN_BLOCKS" for
+    # another value, "no_attn_depth" for 0 (one geometry at every depth). The default since the H200 run at
+    # ba03fa3 (attn.DEPTH_DEFAULT, the figures there); unset with BW24_ATTN_BLOCK_HEADS, _MIN_BLOCKS or _FILL
+    # set, those set the one geometry instead.
+    attn_depth_env = os.environ.get("BW24_ATTN_DEPTH")
     attn_depth = None  # the AttnDepth __init__ parsed
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
@@ -360,7 +368,9 @@ class CudaOps(Ops):
                                        self.attn_split_heads and self.attn_block_heads_env != "4"),
                                       (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
                                       (f"attn_min_blocks_{self.attn_min_blocks_env}", self.attn_min_blocks_env != "1"),
-                                      (self.attn_depth.label if self.attn_depth else "", self.attn_depth is not None),
+                                      (self.attn_depth.label if self.attn_depth else "", self.attn_depth is not None
+                                       and self.attn_depth != _attn.AttnDepth.parse(_attn.DEPTH_DEFAULT)),
+                                      ("no_attn_depth", self.attn_depth_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -415,7 +425,8 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
-        self.attn_depth = _attn.AttnDepth.parse(self.attn_depth_env)
+        self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
+                                                                      self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)

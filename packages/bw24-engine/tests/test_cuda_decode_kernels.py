@@ -562,3 +562,97 @@ def test_a_planted_macro_goes_only_to_the_files_that_name_it():
     ops.variant, ops.attn_fill, ops.attn_min_blocks = "", 2, 4
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_FILL", 2), ("ATTN_MIN_BLOCKS", 4))
     assert not any(names_macro(f, "BW24_PLANTED_NOWHERE") for f in COMPILE_SET)
+
+
+def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypatch, helpers):
+    """BW24_ATTN_DEC_MMA: 0 (off, the default) or a multiple of 32 >= 64 and >= BW24_ATTN_SHORT, else an error
+    naming the variable; perf rows say attn_dec_mma_N; the planted canary's macro reaches attention_dec_mma.cu
+    alone."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_dec_mma == 0 and CudaOps.attn_dec_mma_env == "0"
+    for bad in ("32", "100", "-64", "x", "1000"):
+        monkeypatch.setattr(CudaOps, "attn_dec_mma_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_MMA='{bad}'"):
+            CudaOps()
+    monkeypatch.setattr(CudaOps, "attn_dec_mma_env", "128")
+    monkeypatch.setattr(CudaOps, "attn_short_env", "256")
+    with pytest.raises(ValueError, match="BW24_ATTN_DEC_MMA='128'"):  # under the one-split contexts
+        CudaOps()
+    monkeypatch.undo()
+    ops = CudaOps.__new__(CudaOps)
+    assert not any(o.startswith("attn_dec_mma") for o in CudaOps.opt_in(ops))
+    ops.attn_dec_mma_env = "1024"
+    assert "attn_dec_mma_1024" in CudaOps.opt_in(ops)
+    ops.pdl, ops.variant = True, "planted_decmma"
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+
+
+def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_without_rows():
+    """attn.dec_mma_from: the threshold only for a float16 cache, D = Dv in (64, 128), G <= 8, no rope inside, a
+    separate pass 2 and >= 2 grid splits; dec_mma_launches: both kernels outside a depth class, the mma one
+    skipped in a shallow class whose keys stay under the threshold, attn_split skipped for one token of a deep
+    class (no window) whose keys are past it, and both for verify rows (some may sit under it)."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.attn import AttnDepth, dec_mma_from, dec_mma_launches
+
+    half, f32 = np.zeros((8, 64, 128), np.float16), np.zeros((8, 64, 128), np.float32)
+    cu = SimpleNamespace(attn_dec_mma=1024)
+    assert dec_mma_from(cu, half, 128, 128, 4, 66, None, False) == 1024
+    assert dec_mma_from(cu, half, 64, 64, 7, 63, None, False) == 1024
+    for args in ((f32, 128, 128, 4, 66, None, False), (half, 256, 256, 4, 66, None, False),
+                 (half, 128, 64, 4, 66, None, False), (half, 128, 128, 4, 1, None, False),
+                 (half, 128, 128, 4, 66, object(), False), (half, 128, 128, 4, 66, None, True)):
+        assert dec_mma_from(cu, *args) == 0, args[1:]
+    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, 66, None, False) == 0
+    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, 66, None, False) == 0  # (a backend without it)
+
+    def launches(cls, T, window=None, keys=1024, frm=1024):
+        c = SimpleNamespace(attn_class=cls, attn_depth=AttnDepth(keys, 2, 4))
+        return dec_mma_launches(c, frm, T, window)
+
+    assert dec_mma_launches(SimpleNamespace(), 0, 1, None) == (True, False)  # off: attn_split alone
+    assert launches(None, 1) == (True, True)  # outside a class: both (each returns for the other's rows)
+    assert launches("shallow", 1) == (True, False) and launches("shallow", 5) == (True, False)
+    assert launches("shallow", 1, keys=2048) == (True, True)  # a shallow class reaching past the threshold
+    assert launches("deep", 1) == (False, True)
+    assert launches("deep", 5) == (True, True)  # verify rows: the first may sit under the threshold
+    assert launches("deep", 1, window=512) == (True, True)  # a window: the live keys may be fewer
+    assert launches("deep", 1, keys=512) == (True, True)  # a deep class starting under the threshold
+
+
+def test_attention_dispatch_with_dec_mma(monkeypatch):
+    """attention() with BW24_ATTN_DEC_MMA=1024 on the 8B's shape at 4,096 cache keys: attn_split built with the
+    threshold (its rows past it return), attn_dec_mma on a (kv heads, splits, T) grid with the same splits, then
+    attn_combine for every row; inside a deep class one token skips attn_split, inside a shallow one the mma
+    launch; without the setting the launches are as before."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.attn import AttnDepth
+
+    def run(frm, cls=None, T=1):
+        launches = []
+        cu = SimpleNamespace(qmv_configs=SimpleNamespace(tuning=None), attn_override=None, attn_fuse=None,
+                             attn_q8=False, attn_split_heads=True, attn_block_heads=4, attn_dec_mma=frm,
+                             attn_class=cls, attn_depth=AttnDepth(1024, 2, 4),
+                             _k=lambda f, n: (f, n, ()), _k_with=lambda f, n, extra: (f, n, extra),
+                             _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
+                             _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1].split("<")[0], g,
+                                                                                           fn[2], len(args))))
+        q, out = np.zeros((T, 32, 128), np.float32), np.zeros((T, 32, 128), np.float32)
+        kc, vc = np.zeros((8, 4200, 128), np.float16), np.zeros((8, 4200, 128), np.float16)
+        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32), scale=1.0, softcap=None, window=None, out=out)
+        return launches
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)  # (no GPU here; the H200's SMs)
+    assert [x[0] for x in run(0)] == ["attn_split", "attn_combine"] and run(0)[0][2] == ()
+    both = run(1024)
+    assert [x[0] for x in both] == ["attn_split", "attn_dec_mma", "attn_combine"]
+    assert both[0][2] == (("BW24_ATTN_DEC_MMA", 1024),) and both[1][2] == ()
+    assert both[0][1] == (8, 66, 1) and both[1][1] == (8, 66, 1) and both[1][3] == 14
+    assert [x[0] for x in run(1024, "deep")] == ["attn_dec_mma", "attn_combine"]
+    assert [x[0] for x in run(1024, "deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
+    assert [x[0] for x in run(1024, "shallow")] == ["attn_split", "attn_combine"]

@@ -91,6 +91,13 @@ def test_attention_min_blocks_cases_green_and_a_dropped_key_red():
     _green_then_red(59, "attn min blocks", "planted_minblocks", "attn min blocks == plain", 7)
 
 
+def test_attention_dec_mma_cases_green_and_a_dropped_key_red():
+    """BW24_ATTN_DEC_MMA's cases (pass 1 on tensor cores past 1,024 live keys, against the reference in the gemm16
+    class, and rows == decode bitwise) are green; the planted variant that drops the first key of every warp's 16
+    turns the 8 reference cases with rows past 1,024 keys red (the one under it stays green)."""
+    _green_then_red(61, "attn dec mma", "planted_decmma", "attn dec mma D=", 8)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

@@ -300,6 +300,26 @@ def test_planted_verify_and_split_variants_compile(tmp_path, monkeypatch):
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
+def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, monkeypatch):
+    """BW24_ATTN_DEC_MMA's builds compile: attn_split with the threshold (its rows past it return: another cubin
+    than the plain one, so the define reaches the code) and attn_dec_mma's planted canary (BW24_PLANTED_DECMMA),
+    whose cubin differs from the production one."""
+    from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("attn_split<128,128,4,32,__half>",)
+    plain = compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1}, name_expressions=names)
+    ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1, "BW24_ATTN_DEC_MMA": 1024},
+                       name_expressions=names)
+    assert ck.cubin[:4] == b"\x7fELF" and ck.cubin != plain.cubin
+    names = COMPILE_SET["attention_dec_mma.cu"]
+    prod = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1}, name_expressions=names)
+    bad = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_DECMMA": 1},
+                        name_expressions=names)
+    assert set(bad.lowered) == set(names) and bad.cubin != prod.cubin
+
+
 def test_gpu_prefill_cases_green_and_planted_bugs_red():
     """On a GPU: every prefill kernel_check case passes, and the planted bugs (a dropped weight group in
     dequant_rows_h, a dropped key per tile in attn_prefill, 16 dropped keys per tile in attn_mma, with key

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
-from .ops.cuda.attn import ATTN_CHUNK, block_heads_of, default_max_splits, head_groups, split_units
+from .ops.cuda.attn import (
+    ATTN_CHUNK,
+    DEC_MMA_DIMS,
+    block_heads_of,
+    default_max_splits,
+    head_groups,
+    split_units,
+)
 
 Case = Callable[[str, object, object, np.random.Generator], Result]
 
@@ -430,6 +437,27 @@ def rope_attention_case(mode, T, Hkv, G, D, rope_dim, p0, qk_norm=True, half=Fal
     return run
 
 
+def dec_mma_ref_case(D, G, T, p0, frm, window=None, softcap=None, Hkv=2) -> Case:
+    """Rows past frm live keys with pass 1 on tensor cores (BW24_ATTN_DEC_MMA=frm: attention_dec_mma.cu), the
+    others on attn_split, one launch, against the float64 reference from a float16 cache: float16 products, the
+    gemm16 class. A shape the mma kernel does not take would run attn_split alone: reported, never passed."""
+    def run(name, ref, cu, rng):
+        if D not in DEC_MMA_DIMS or G > 8:
+            return Result(name + " (not usable: would run attn_split)", "gemm16", float("inf"), float("inf"))
+        kw = dict(scale=D ** -0.5, softcap=softcap, window=window)
+        q, kd, vd, want = _attn_ref(ref, rng, T, Hkv, G, D, p0, True, kw)
+        out = cu.zeros(q.shape)
+        with setting(cu, "attn_dec_mma", frm):
+            cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)
+        return compare(name, "gemm16", cu.to_host(out), want)
+    return run
+
+
+def dec_mma(frm: int) -> Callable[[Case], Case]:
+    """A wrapper running a case with BW24_ATTN_DEC_MMA=frm (cu.attn_dec_mma)."""
+    return _with("attn_dec_mma", "", frm)
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     c = ATTN_CHUNK
     # depths straddling one and two split units (single split writes the output itself: p < c)
@@ -574,6 +602,22 @@ def cases() -> Iterator[tuple[str, Case]]:
                                                                                            half=True))
     yield "attn min blocks=4 rows==decode D=128 G=4 T=6 pos=3000 half-KV", \
         min_blocks(4)(attn_rows_case(128, 4, 6, 3000, half=True))
+    # pass 1 on tensor cores past 1,024 live keys (BW24_ATTN_DEC_MMA=1024): the 8B's, the 32B's (33 splits), the
+    # 0.6B's, qwen2.5-0.5b's and smollm2's shapes at depth, verify rows straddling the threshold (both kernels in
+    # one launch), softcap, a window, and a depth under it (attn_split alone); rows == decode bit for bit. The
+    # planted_decmma canary (the first key of every warp's 16 dropped) turns the 8 with rows past it red.
+    for D, G, T, p0, Hkv, win, cap in ((128, 4, 1, 4000, 8, None, None), (128, 8, 1, 4000, 8, None, None),
+                                       (128, 2, 1, 3000, 8, None, None), (64, 7, 1, 2000, 2, None, None),
+                                       (64, 3, 1, 1500, 3, None, None), (128, 4, 9, 1020, 8, None, None),
+                                       (128, 4, 1, 2000, 8, None, 30.0), (64, 3, 5, 3000, 2, 2048, None),
+                                       (128, 4, 1, 500, 8, None, None)):
+        yield f"attn dec mma D={D} G={G} Hkv={Hkv} T={T} pos={p0} from=1024 half-KV" \
+              f"{f' window={win}' if win else ''}{f' softcap={cap:g}' if cap else ''}", \
+            dec_mma_ref_case(D, G, T, p0, 1024, win, cap, Hkv)
+    yield "attn dec mma rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \
+        dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True))
+    yield "attn dec mma rows==decode D=128 G=8 Hkv=4 T=9 pos=1020 from=1024 half-KV", \
+        dec_mma(1024)(attn_rows_case(128, 8, 9, 1020, Hkv=4, half=True))
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

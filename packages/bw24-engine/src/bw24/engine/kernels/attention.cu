@@ -54,14 +54,7 @@
 // 3-4; BW24_ATTN_COMBINE_PF=72 at 5b56e32) made the decode slower on every cell measured, most where pass 2 is
 // the larger share: the 0.6B's d0 token -13.1%, the 8B's -7.3% (d0) / -2.0% (d4096). Removed.
 
-// BW24_ATTN_SHORT (ops/cuda/backend.py attn_short; opt-in, 0 = off): up to this many live keys take one
-// split, whose block writes the output itself (attn_combine returns at once), instead of ch-key splits
-// merged by pass 2. Why: at 64 keys the 0.6B's pass 2 took 3.8 us a layer beside attn_split's 3.5
-// (6e0baa5, BW24_PDL=0 profile), the 30B-A3B's 3.75 beside 4.9: a launch and a round trip of partials
-// for 2-4 one-round splits. One block runs ceil(n / 32) rounds instead. c still depends on p alone.
-#ifndef BW24_ATTN_SHORT
-#define BW24_ATTN_SHORT 0
-#endif
+// BW24_ATTN_SHORT (one split up to that many live keys): attn_chunk.cuh, with the split rule.
 
 // BW24_ATTN_FILL (ops/cuda/backend.py attn_fill; opt-in, 1 = off): up to this many blocks share a block's
 // G q heads when the split blocks past the live range are idle, i.e. at shallow depth: live splits x f <= the
@@ -90,18 +83,14 @@
 #define ATTN_BOUNDS __launch_bounds__(NW * 32)
 #endif
 
-// Keys per split for n live keys: the smallest multiple of ch giving at most maxs splits. Alone, the rule
-// before BW24_ATTN_SHORT (the planted_short canary's pass 2 uses it: kernel_check's "attn short" cases must
-// see the output a one-split block wrote overwritten from stale partials).
-__device__ __forceinline__ int attn_chunk_len_long(int n, int ch, int maxs) {
-    return ch * max(1, (n + ch * maxs - 1) / (ch * maxs));
-}
+// The keys a split for n live keys (attn_chunk_len; attention_dec_mma.cu splits by the same rule).
+#include "attn_chunk.cuh"
 
-// ... and one split up to BW24_ATTN_SHORT keys (rounded up to a multiple of ch).
-__device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
-    if (BW24_ATTN_SHORT > 0 && n <= BW24_ATTN_SHORT) return ch * ((BW24_ATTN_SHORT + ch - 1) / ch);
-    return attn_chunk_len_long(n, ch, maxs);
-}
+// BW24_ATTN_DEC_MMA (ops/cuda/attn.py; opt-in, 0 = off): rows with more live keys than this take pass 1 in
+// attention_dec_mma.cu (tensor cores); attn_split returns for them, attn_combine merges every row.
+#ifndef BW24_ATTN_DEC_MMA
+#define BW24_ATTN_DEC_MMA 0
+#endif
 
 // The warp sums of 2^LOGN values at once (v: this lane's share of each; v is clobbered). The first LOGN
 // steps of warp_sum's xor butterfly (offsets 16, 8, ...) halve the values a lane holds: it keeps the half
@@ -368,6 +357,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int p = pos[0] + t;
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    if (BW24_ATTN_DEC_MMA > 0 && p - lo + 1 > BW24_ATTN_DEC_MMA) return;  // attn_dec_mma's row (block-uniform)
     const int c = attn_chunk_len(p - lo + 1, CH, nsplit);
     const int live = (p - lo + 1 + c - 1) / c;  // splits with keys (<= nsplit)
     // BW24_ATTN_FILL: f blocks of G / f heads each (block y: sub-block y / live of split y % live) while

@@ -203,6 +203,36 @@ def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
     return mode == "norm"
 
 
+DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 16 <= 128, compiled)
+
+
+def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, ns: int, rope, fused: bool) -> int:
+    """BW24_ATTN_DEC_MMA's KEYS for this call (CudaOps.attn_dec_mma): rows with more live keys take pass 1 on
+    tensor cores (attention_dec_mma.cu), the others attn_split; 0: every row on attn_split. Only where the mma
+    kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS, G <= 8, no rope inside, pass 2 as its own launch
+    (attn_combine), and at least 2 grid splits (with n > KEYS >= 64 live keys a row then has >= 2 live splits, so
+    pass 2 always runs for it). Why: kernels/attention_dec_mma.cu."""
+    frm = int(getattr(cu, "attn_dec_mma", 0) or 0)
+    ok = (frm > 0 and rope is None and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS
+          and G <= 8 and ns >= 2)
+    return frm if ok else 0
+
+
+def dec_mma_launches(cu, frm: int, T: int, window) -> tuple[bool, bool]:
+    """(attn_split, attn_dec_mma) launches a call with BW24_ATTN_DEC_MMA needs. Each returns at once for the
+    other's rows, so a launch is skipped where the depth class (CudaOps._attn_class: cu.attn_class) says it has
+    no row: a shallow class (cache keys <= depth.keys <= KEYS) no mma row, a deep one with one token and no
+    window (its row has the cache's keys > depth.keys >= KEYS) no attn_split row. Outside a class, both."""
+    if not frm:
+        return True, False
+    cls, depth = getattr(cu, "attn_class", None), getattr(cu, "attn_depth", None)
+    if depth is None or cls is None:
+        return True, True
+    if cls == "shallow":
+        return True, depth.keys > frm
+    return not (T == 1 and not window and depth.keys >= frm), True
+
+
 def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope: RopeFusion | None = None) -> None:
     T, H, D = q.shape
     Hkv, S, Dv = v_cache.shape
@@ -236,10 +266,18 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
     name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>" if rope is None else \
         f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
-    cu._launch(cu._k("attention.cu", name), (Hkv * hg, ns, T), 128,
-               (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
-                *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
+    frm = dec_mma_from(cu, k_cache, D, Dv, G, ns, rope, fused)
+    run_split, run_mma = dec_mma_launches(cu, frm, T, window)
+    if run_split:  # (with frm: built to return for the rows over frm live keys)
+        fn = cu._k_with("attention.cu", name, (("BW24_ATTN_DEC_MMA", frm),)) if frm else cu._k("attention.cu", name)
+        cu._launch(fn, (Hkv * hg, ns, T), 128,
+                   (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
+                    np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
+                    *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
+    if run_mma:  # the rows over frm live keys: pass 1 on tensor cores, every kv head's G q heads in one block
+        cu._launch(cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
+                   (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
+                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc))
     if fused:
         if quant:
             q8.mark_ready(cu, rows)
@@ -251,6 +289,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEPTH_DEFAULT", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "DEPTH_DEFAULT",
+           "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
            "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
            "split_units"]

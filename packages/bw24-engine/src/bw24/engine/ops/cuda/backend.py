@@ -248,6 +248,13 @@ class CudaOps(Ops):
     # set, those set the one geometry instead.
     attn_depth_env = os.environ.get("BW24_ATTN_DEPTH")
     attn_depth = None  # the AttnDepth __init__ parsed
+    attn_class = None  # "shallow" / "deep" while a depth class's step runs or is captured (_attn_class)
+    # Decode / verify rows with more than N live keys take pass 1 on tensor cores (kernels/attention_dec_mma.cu,
+    # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a multiple of 32 >= 64
+    # (0, the default: off); perf rows "attn_dec_mma_N". float16 products (kernel_check's gemm16 class), so other
+    # bits than attn_split's for those rows. Opt-in until measured.
+    attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA", "0")
+    attn_dec_mma = 0  # the value __init__ checked
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -371,6 +378,7 @@ class CudaOps(Ops):
                                       (self.attn_depth.label if self.attn_depth else "", self.attn_depth is not None
                                        and self.attn_depth != _attn.AttnDepth.parse(_attn.DEPTH_DEFAULT)),
                                       ("no_attn_depth", self.attn_depth_env == "0"),
+                                      (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env != "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -425,6 +433,11 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
+        e = self.attn_dec_mma_env
+        if not (e.isdigit() and (int(e) == 0 or (int(e) >= 64 and int(e) % 32 == 0 and int(e) >= self.attn_short))):
+            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off, the default) or a multiple of 32 >= 64 and >= "
+                             "BW24_ATTN_SHORT (live keys past which a row's attention runs on tensor cores)")
+        self.attn_dec_mma = int(e)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
@@ -467,6 +480,10 @@ class CudaOps(Ops):
     def _k(self, file: str, name: str):
         return get_kernel(file, name, self.kernel_defines(file))
 
+    def _k_with(self, file: str, name: str, extra: tuple[tuple[str, object], ...]):
+        """_k with defines of one call on top (attention.cu's BW24_ATTN_DEC_MMA where attn.dec_mma_from applies)."""
+        return get_kernel(file, name, self.kernel_defines(file) + extra)
+
     def kernel_defines(self, file: str) -> tuple[tuple[str, object], ...]:
         """The defines this backend builds kernels/<file> with. A planted variant's macro goes only to the files
         whose source names it (kernels.names_macro): elsewhere it changes no code, and left in the defines it
@@ -476,7 +493,8 @@ class CudaOps(Ops):
                    "planted_combine": (("BW24_PLANTED_COMBINE", 1),), "planted_short": (("BW24_PLANTED_SHORT", 1),),
                    "planted_fill": (("BW24_PLANTED_FILL", 1),),
                    "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
-                   "planted_xh": (("BW24_PLANTED_XH", 1),)}.get(self.variant, ())
+                   "planted_xh": (("BW24_PLANTED_XH", 1),),
+                   "planted_decmma": (("BW24_PLANTED_DECMMA", 1),)}.get(self.variant, ())
         defines = tuple(d for d in planted if names_macro(file, d[0]))
         if self.pdl:
             defines += (("BW24_PDL", 1),)
@@ -617,12 +635,13 @@ class CudaOps(Ops):
         if depth is None:
             yield
             return
-        saved = self.attn_block_heads, self.attn_min_blocks
+        saved = self.attn_block_heads, self.attn_min_blocks, self.attn_class
         self.attn_block_heads, self.attn_min_blocks = (saved[0], depth.min_blocks) if deep else (depth.heads, saved[1])
+        self.attn_class = "deep" if deep else "shallow"
         try:
             yield
         finally:
-            self.attn_block_heads, self.attn_min_blocks = saved
+            self.attn_block_heads, self.attn_min_blocks, self.attn_class = saved
 
     # ---- weights --------------------------------------------------------------------------------
     def load_weight(self, ti):

@@ -59,6 +59,10 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
     "attention_gemm.cu": (),  # prefill attention's softmax rows around cuBLAS GEMMs (ops/cuda/attn_gemm.py)
     "attention_mma.cu": attn_mma_instances(),  # prefill attention on tensor cores (ops/cuda/attn_mma.py)
+    # decode / verify pass 1 on tensor cores past BW24_ATTN_DEC_MMA live keys (ops/cuda/attn.py dec_mma_from):
+    # the qwen3 shapes (2, 4 and 8 q heads a kv head), qwen2.5's (7) and smollm2's (3)
+    "attention_dec_mma.cu": tuple(f"attn_dec_mma<{d},{d},{g},{ATTN_CHUNKS[0]}>" for d, g in
+                                  ((128, 2), (128, 4), (128, 8), (64, 7), (64, 3))),
     # decode: fused gate/up/act and down/combine per weight format (ops/cuda/moe.py decode_config);
     # moe_mv per format for the fallbacks (gate and up of different formats, rows too long to stage)
     "moe.cu": decode_instances() + tuple(f"moe_mv<{f}>" for f in range(10)),

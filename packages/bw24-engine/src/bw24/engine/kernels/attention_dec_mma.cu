@@ -1,0 +1,195 @@
+// attention_dec_mma.cu: pass 1 of the decode / verify attention (attention.cu attn_split's split-K) on tensor
+// cores, for the rows whose live keys exceed `from` (BW24_ATTN_DEC_MMA=from, ops/cuda/attn.py; opt-in until
+// measured). Float16 cache only.
+//
+// Why: at 4,096 keys the 8B's attn_split ran 16.1 us a layer at 1.04 TB/s (H200, ba03fa3, Nsight Compute): 154
+// registers, 3 blocks of 4 warps an SM, 41% of the issue slots busy: each (key, q head) costs a 4-wide fma, a
+// 5-shuffle warp sum and its softmax update on CUDA cores, ~50 warp instructions. Here a warp's 16 keys x 16
+// rows (the G <= 8 q heads of one token, padded) are 2 x D/16 mma.sync m16n8k16 for the scores and DV/8 for P V.
+//
+// Formula and precision: attention_mma.cu's (q * scale and the probabilities rounded to float16 for the
+// products, float32 sums and softmax state: kernel_check's gemm16 class). The split rule, the partials and their
+// layout are attn_split's (attn_chunk.cuh: the keys a split for n live keys; part_ml (m, l), part_acc unnormalized
+// per (token, head, split)), so attention.cu's attn_combine merges them unchanged. A row's arithmetic depends on
+// its position only (its split's keys, one block a token): verify rows equal decode rows bit for bit, and a row
+// with n > from takes this kernel in every launch that holds it (attn_split built with BW24_ATTN_DEC_MMA returns
+// for those rows), so the speculative paths and plain decode agree.
+//
+// Thread-to-data mapping, attn_dec_mma<D, DV, G, CH>: block (kv head hk, split s, token t), 4 warps. The split's
+//   keys [j0, j1) go through shared memory in 64-key tiles (all threads copy, 16-byte loads, rows past j1 zero);
+//   warp w takes the tile's keys 16w .. 16w + 15: S[16 x 16] = Q K^T (rows g < G the q heads hk*G + g of token
+//   t, rows G..15 zero), mask, its own online softmax state (m, l, O[16 x DV]) across tiles, O += P V (P as
+//   float16 A fragments, V's B fragments by ldmatrix .trans), attention_mma.cu's fragment code. At the end the
+//   4 warps' states merge through shared memory (attn_split's merge) into the split's partials.
+// Fragment layouts (PTX ISA, mma.m16n8k16 .f16): mma.cuh.
+// Bytes moved: 2*(D + DV) per live key per kv head (each row once), q 4*G*D and partials 4*G*(DV + 2) a block.
+// Shared memory: 64 K and V rows padded by 8 halves (34.8 KB at D = DV = 128), reused for the merge.
+// Every block here has n > from >= 64 live keys in at least 2 splits (ops/cuda/attn.py checks from >= 64 and the
+// grid's splits >= 2), so none is its row's only split: attn_combine always runs pass 2 for these rows.
+#include "mma.cuh"
+#include "attn_chunk.cuh"
+#include <cuda_fp16.h>
+
+#define DM_WARPS 4
+#define DM_KT 64  // keys a tile: 16 a warp
+
+template <int D, int DV, int G, int CH>
+__global__ void __launch_bounds__(DM_WARPS * 32, 4)
+attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
+             const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
+             int from, float* __restrict__ part_ml, float* __restrict__ part_acc) {
+    PDL_OPEN();
+    static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128 && G >= 1 && G <= 8, "shapes");
+    constexpr int KP = D + 8, VP = DV + 8;  // padded rows (halves): 16-byte aligned, conflict-free reads
+    constexpr int KS = D / 16, NO = DV / 8;
+    __shared__ __align__(16) __half ks[DM_KT][KP];
+    __shared__ __align__(16) __half vs[DM_KT][VP];
+    __shared__ float sm_m[DM_WARPS][G], sm_l[DM_WARPS][G];
+    const int hk = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int p = pos[0] + t;
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    const int n = p - lo + 1;
+    if (n <= from) return;  // attn_split's row (uniform over the block)
+    const int cl = attn_chunk_len(n, CH, nsplit);
+    const int live = (n + cl - 1) / cl;
+    if (s >= live) return;  // past the live range
+    const int j0 = lo + s * cl;
+    const int j1 = min(j0 + cl, p + 1);
+
+    // q * scale as A fragments, float16: row g (h = 0) is head hk*G + g when g < G; rows g + 8 (h = 1) are zero
+    u32 qa[KS][4];
+    const float* qr = g < G ? q + ((i64)t * H + hk * G + g) * D : nullptr;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int d = kk * 16 + 2 * c + 8 * e;
+            const float2 v = qr ? *reinterpret_cast<const float2*>(qr + d) : make_float2(0.f, 0.f);
+            qa[kk][2 * e] = pack_half2(v.x * scale, v.y * scale);
+            qa[kk][2 * e + 1] = 0u;
+        }
+    }
+
+    float o[NO][4], m = -INFINITY, l = 0.f;  // this lane's row g (the row g + 8 half of o stays unused)
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    const __half* kb = kc + (i64)hk * S * D;
+    const __half* vb = vc + (i64)hk * S * DV;
+
+    for (int jt = j0; jt < j1; jt += DM_KT) {
+        __syncthreads();  // the previous tile's readers are done
+        for (int idx = threadIdx.x; idx < DM_KT * D / 8; idx += DM_WARPS * 32) {
+            const int r = idx / (D / 8), x = idx % (D / 8), j = jt + r;
+            *reinterpret_cast<uint4*>(&ks[r][8 * x]) =
+                j < j1 ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
+        }
+        for (int idx = threadIdx.x; idx < DM_KT * DV / 8; idx += DM_WARPS * 32) {
+            const int r = idx / (DV / 8), x = idx % (DV / 8), j = jt + r;
+            *reinterpret_cast<uint4*>(&vs[r][8 * x]) =
+                j < j1 ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
+        const int k0 = 16 * w;  // this warp's first key of the tile
+        if (jt + k0 >= j1) continue;  // no live key of this warp here (warp-uniform)
+
+        float sc[2][4];  // keys k0 + 8n + 2c + e of row g (sc[n][e]) and row g + 8 (sc[n][2 + e], unused)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KS; ++kk) {
+                const u32 b0 = *reinterpret_cast<const u32*>(&ks[k0 + nt * 8 + g][kk * 16 + 2 * c]);
+                const u32 b1 = *reinterpret_cast<const u32*>(&ks[k0 + nt * 8 + g][kk * 16 + 2 * c + 8]);
+                mma16816(sc[nt], qa[kk], b0, b1);
+            }
+        }
+        // mask, softcap, the online softmax of row g (its 16 values of the sub-tile: 4 a lane of the quad)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = jt + k0 + nt * 8 + 2 * c + e;
+                float v = sc[nt][e];
+                if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+#ifdef BW24_PLANTED_DECMMA  // kernel_check canary: the first key of every warp's 16 dropped
+                v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
+#else
+                v = j < j1 ? v : -INFINITY;
+#endif
+                sc[nt][e] = v;
+                mx = fmaxf(mx, v);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));  // finite: key jt + k0 < j1 is live
+        const float mn = fmaxf(m, mx);
+        const float corr = expf(m - mn);  // m = -inf: 0
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float pe = sc[nt][e] == -INFINITY ? 0.f : expf(sc[nt][e] - mn);
+                sc[nt][e] = pe;
+                sum += pe;
+            }
+            sc[nt][2] = sc[nt][3] = 0.f;  // rows g + 8: no q head
+        }
+        l = l * corr + sum;  // this lane's share of the row sum (the quad adds them at the end)
+        m = mn;
+#pragma unroll
+        for (int i = 0; i < NO; ++i) {
+            o[i][0] *= corr;
+            o[i][1] *= corr;
+        }
+        // O += P V: P [16 rows x 16 keys] as one A fragment (keys 0..7: n-tile 0, 8..15: n-tile 1)
+        const u32 pa[4] = {pack_half2(sc[0][0], sc[0][1]), pack_half2(sc[0][2], sc[0][3]),
+                           pack_half2(sc[1][0], sc[1][1]), pack_half2(sc[1][2], sc[1][3])};
+#pragma unroll
+        for (int i = 0; i < NO; i += 2) {
+            // matrices: (keys +0..7, n-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1)
+            const int mi = lane >> 3;
+            const __half* row = &vs[k0 + (mi & 1) * 8 + (lane & 7)][(i + (mi >> 1)) * 8];
+            u32 b[4];
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                         : "r"((u32)__cvta_generic_to_shared(row)));
+            mma16816(o[i], pa, b[0], b[1]);
+            mma16816(o[i + 1], pa, b[2], b[3]);
+        }
+    }
+    l += __shfl_xor_sync(FULL_MASK, l, 1);
+    l += __shfl_xor_sync(FULL_MASK, l, 2);
+
+    // merge the 4 warps (attn_split's merge): their rows' O through the K tile's shared memory
+    __syncthreads();  // every warp is done with the tiles
+    float* so = reinterpret_cast<float*>(&ks[0][0]);  // [DM_WARPS][G][DV] floats: <= 16 KB, within ks
+    static_assert(DM_WARPS * G * DV * 4 <= DM_KT * KP * 2, "the merge fits in the K tile");
+    if (g < G) {
+        if (c == 0) { sm_m[w][g] = m; sm_l[w][g] = l; }
+#pragma unroll
+        for (int i = 0; i < NO; ++i) {
+            so[(w * G + g) * DV + i * 8 + 2 * c] = o[i][0];
+            so[(w * G + g) * DV + i * 8 + 2 * c + 1] = o[i][1];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32) {
+        const int gi = i / DV, d = i % DV;
+        float M = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < DM_WARPS; ++u) M = fmaxf(M, sm_m[u][gi]);
+        float L = 0.f, A = 0.f;
+#pragma unroll
+        for (int u = 0; u < DM_WARPS; ++u) {
+            const float f = sm_m[u][gi] == -INFINITY ? 0.f : expf(sm_m[u][gi] - M);
+            L += sm_l[u][gi] * f;
+            A += so[(u * G + gi) * DV + d] * f;
+        }
+        const i64 row = ((i64)t * H + hk * G + gi) * nsplit + s;
+        part_acc[row * DV + d] = A;
+        if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
+    }
+}

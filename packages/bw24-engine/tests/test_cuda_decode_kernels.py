@@ -565,20 +565,16 @@ def test_a_planted_macro_goes_only_to_the_files_that_name_it():
 
 
 def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypatch, helpers):
-    """BW24_ATTN_DEC_MMA: 0 (off, the default) or a multiple of 32 >= 64 and >= BW24_ATTN_SHORT, else an error
-    naming the variable; perf rows say attn_dec_mma_N; the planted canary's macro reaches attention_dec_mma.cu
-    alone."""
+    """BW24_ATTN_DEC_MMA: 0 (off, the default) or a positive multiple of 32, else an error naming the variable; perf
+    rows say attn_dec_mma_N; the planted canary's macro reaches attention_dec_mma.cu alone, BW24_ATTN_SHORT both
+    files that split by its rule."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.attn_dec_mma == 0 and CudaOps.attn_dec_mma_env == "0"
-    for bad in ("32", "100", "-64", "x", "1000"):
+    for bad in ("16", "100", "-64", "x", "1000", ""):
         monkeypatch.setattr(CudaOps, "attn_dec_mma_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_MMA='{bad}'"):
             CudaOps()
-    monkeypatch.setattr(CudaOps, "attn_dec_mma_env", "128")
-    monkeypatch.setattr(CudaOps, "attn_short_env", "256")
-    with pytest.raises(ValueError, match="BW24_ATTN_DEC_MMA='128'"):  # under the one-split contexts
-        CudaOps()
     monkeypatch.undo()
     ops = CudaOps.__new__(CudaOps)
     assert not any(o.startswith("attn_dec_mma") for o in CudaOps.opt_in(ops))
@@ -587,11 +583,14 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     ops.pdl, ops.variant = True, "planted_decmma"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+    ops.variant, ops.attn_short = "", 128
+    assert ("BW24_ATTN_SHORT", 128) in ops.kernel_defines("attention_dec_mma.cu")
+    assert ("BW24_ATTN_SHORT", 128) in ops.kernel_defines("attention.cu")
 
 
 def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_without_rows():
-    """attn.dec_mma_from: the threshold only for a float16 cache, D = Dv in (64, 128), G <= 8, no rope inside, a
-    separate pass 2 and >= 2 grid splits; dec_mma_launches: both kernels outside a depth class, the mma one
+    """attn.dec_mma_from: the threshold only for a float16 cache, D = Dv in (64, 128), G <= 8, no rope inside and
+    a separate pass 2; dec_mma_launches: both kernels outside a depth class, the mma one
     skipped in a shallow class whose keys stay under the threshold, attn_split skipped for one token of a deep
     class (no window) whose keys are past it, and both for verify rows (some may sit under it)."""
     from types import SimpleNamespace
@@ -600,14 +599,14 @@ def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_withou
 
     half, f32 = np.zeros((8, 64, 128), np.float16), np.zeros((8, 64, 128), np.float32)
     cu = SimpleNamespace(attn_dec_mma=1024)
-    assert dec_mma_from(cu, half, 128, 128, 4, 66, None, False) == 1024
-    assert dec_mma_from(cu, half, 64, 64, 7, 63, None, False) == 1024
-    for args in ((f32, 128, 128, 4, 66, None, False), (half, 256, 256, 4, 66, None, False),
-                 (half, 128, 64, 4, 66, None, False), (half, 128, 128, 4, 1, None, False),
-                 (half, 128, 128, 4, 66, object(), False), (half, 128, 128, 4, 66, None, True)):
+    assert dec_mma_from(cu, half, 128, 128, 4, None, False) == 1024
+    assert dec_mma_from(cu, half, 64, 64, 7, None, False) == 1024
+    for args in ((f32, 128, 128, 4, None, False), (half, 256, 256, 4, None, False), (half, 128, 64, 4, None, False),
+                 (half, 128, 128, 16, None, False), (half, 128, 128, 4, object(), False),
+                 (half, 128, 128, 4, None, True)):
         assert dec_mma_from(cu, *args) == 0, args[1:]
-    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, 66, None, False) == 0
-    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, 66, None, False) == 0  # (a backend without it)
+    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, None, False) == 0
+    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, None, False) == 0  # (a backend without it)
 
     def launches(cls, T, window=None, keys=1024, frm=1024):
         c = SimpleNamespace(attn_class=cls, attn_depth=AttnDepth(keys, 2, 4))
@@ -652,7 +651,7 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     both = run(1024)
     assert [x[0] for x in both] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert both[0][2] == (("BW24_ATTN_DEC_MMA", 1024),) and both[1][2] == ()
-    assert both[0][1] == (8, 66, 1) and both[1][1] == (8, 66, 1) and both[1][3] == 14
+    assert both[0][1] == (8, 66, 1) and both[1][1] == (8, 66, 1) and both[1][3] == 17
     assert [x[0] for x in run(1024, "deep")] == ["attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "shallow")] == ["attn_split", "attn_combine"]

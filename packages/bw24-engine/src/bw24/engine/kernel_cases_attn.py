@@ -277,11 +277,11 @@ def fused_equals_separate_case(D, G, T, p0, window=None, softcap=None, Hkv=2) ->
     return run
 
 
-def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
-    """Attention rows feeding a q8 output projection (H*D >= Q8_MIN_K): the output vs the reference, the
-    int8 quantization the attention kernels leave in the q8 scratch == quantize_x's of that output (exact),
-    and the next q8 matmul of those rows is one launch (its quantize_x skipped). p0 < ATTN_CHUNK: the
-    only live split writes (attn_split); beyond: attn_combine."""
+def attn_q8_case(D, G, T, p0, Hkv=8, half=False, cls="attention") -> Case:
+    """Attention rows feeding a q8 output projection (H*D >= Q8_MIN_K): the output vs the reference (in `cls`:
+    gemm16 for the tensor-core pass 1), the int8 quantization the attention kernels leave in the q8 scratch ==
+    quantize_x's of that output (exact), and the next q8 matmul of those rows is one launch (its quantize_x
+    skipped). p0 < ATTN_CHUNK: the only live split writes (attn_split); beyond: attn_combine."""
     def run(name, ref, cu, rng):
         kw = dict(scale=D ** -0.5, softcap=None, window=None)
         q, kd, vd, want = _attn_ref(ref, rng, T, Hkv, G, D, p0, half, kw)
@@ -302,7 +302,7 @@ def attn_q8_case(D, G, T, p0, Hkv=8, half=False) -> Case:
         if cu._q8_ready is None or cu._q8_ready != (rows.data.ptr, T, K):
             return compare(name + " (q8 rows not marked)", "exact", np.array([0.0]), np.array([1.0]))
         got = cu.to_host(out)
-        r = compare(name, "attention", got, want)
+        r = compare(name, cls, got, want)
         if not r.ok:
             return r
         cu.attention(_dev(cu, q), _dev(cu, kd), _dev(cu, vd), _pos(cu, p0), out=out, **kw)  # mark again
@@ -605,7 +605,9 @@ def cases() -> Iterator[tuple[str, Case]]:
     # pass 1 on tensor cores past 1,024 live keys (BW24_ATTN_DEC_MMA=1024): the 8B's, the 32B's (33 splits), the
     # 0.6B's, qwen2.5-0.5b's and smollm2's shapes at depth, verify rows straddling the threshold (both kernels in
     # one launch), softcap, a window, and a depth under it (attn_split alone); rows == decode bit for bit. The
-    # planted_decmma canary (the first key of every warp's 16 dropped) turns the 8 with rows past it red.
+    # planted_decmma canary (the first key of every warp's 16 dropped) turns the 8 with rows past it red. With
+    # BW24_ATTN_SHORT=128 and from=32 the rows of 33..128 keys are one mma split that writes the output (and the
+    # q8 rows) itself: against the reference (red under the canary too: 9) and its int8 rows.
     for D, G, T, p0, Hkv, win, cap in ((128, 4, 1, 4000, 8, None, None), (128, 8, 1, 4000, 8, None, None),
                                        (128, 2, 1, 3000, 8, None, None), (64, 7, 1, 2000, 2, None, None),
                                        (64, 3, 1, 1500, 3, None, None), (128, 4, 9, 1020, 8, None, None),
@@ -614,6 +616,10 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"attn dec mma D={D} G={G} Hkv={Hkv} T={T} pos={p0} from=1024 half-KV" \
               f"{f' window={win}' if win else ''}{f' softcap={cap:g}' if cap else ''}", \
             dec_mma_ref_case(D, G, T, p0, 1024, win, cap, Hkv)
+    yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
+        short(128)(dec_mma_ref_case(128, 4, 1, 100, 32, Hkv=8))
+    yield "attn dec mma +q8 out D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
+        short(128)(dec_mma(32)(attn_q8_case(128, 4, 1, 100, 8, half=True, cls="gemm16")))
     yield "attn dec mma rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \
         dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True))
     yield "attn dec mma rows==decode D=128 G=8 Hkv=4 T=9 pos=1020 from=1024 half-KV", \

@@ -24,10 +24,12 @@
 // Fragment layouts (PTX ISA, mma.m16n8k16 .f16): mma.cuh.
 // Bytes moved: 2*(D + DV) per live key per kv head (each row once), q 4*G*D and partials 4*G*(DV + 2) a block.
 // Shared memory: 64 K and V rows padded by 8 halves (34.8 KB at D = DV = 128), reused for the merge.
-// Every block here has n > from >= 64 live keys in at least 2 splits (ops/cuda/attn.py checks from >= 64 and the
-// grid's splits >= 2), so none is its row's only split: attn_combine always runs pass 2 for these rows.
+// A row's only live split (few keys, or one split up to BW24_ATTN_SHORT keys) writes the output itself and, for
+// a q8 output projection (xq != null), its int8 quantization (quant_x.cuh), as attn_split's does; attn_combine
+// returns for such rows.
 #include "mma.cuh"
 #include "attn_chunk.cuh"
+#include "quant_x.cuh"
 #include <cuda_fp16.h>
 
 #define DM_WARPS 4
@@ -37,7 +39,8 @@ template <int D, int DV, int G, int CH>
 __global__ void __launch_bounds__(DM_WARPS * 32, 4)
 attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
-             int from, float* __restrict__ part_ml, float* __restrict__ part_acc) {
+             int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
+             i8* __restrict__ xq, int2* __restrict__ xs) {
     PDL_OPEN();
     static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128 && G >= 1 && G <= 8, "shapes");
     constexpr int KP = D + 8, VP = DV + 8;  // padded rows (halves): 16-byte aligned, conflict-free reads
@@ -56,6 +59,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     if (s >= live) return;  // past the live range
     const int j0 = lo + s * cl;
     const int j1 = min(j0 + cl, p + 1);
+    const bool single = live == 1;  // the only live split: write the output directly
 
     // q * scale as A fragments, float16: row g (h = 0) is head hk*G + g when g < G; rows g + 8 (h = 1) are zero
     u32 qa[KS][4];
@@ -188,8 +192,14 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
             L += sm_l[u][gi] * f;
             A += so[(u * G + gi) * DV + d] * f;
         }
-        const i64 row = ((i64)t * H + hk * G + gi) * nsplit + s;
-        part_acc[row * DV + d] = A;
-        if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
+        if (single) {
+            const i64 o = ((i64)t * H + hk * G + gi) * DV + d;  // a whole warp: 32 dims of one head (DV % 32 == 0)
+            out[o] = A / L;
+            if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
+        } else {
+            const i64 row = ((i64)t * H + hk * G + gi) * nsplit + s;
+            part_acc[row * DV + d] = A;
+            if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
+        }
     }
 }

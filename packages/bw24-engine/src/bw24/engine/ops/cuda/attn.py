@@ -206,15 +206,15 @@ def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
 DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 16 <= 128, compiled)
 
 
-def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, ns: int, rope, fused: bool) -> int:
+def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int:
     """BW24_ATTN_DEC_MMA's KEYS for this call (CudaOps.attn_dec_mma): rows with more live keys take pass 1 on
     tensor cores (attention_dec_mma.cu), the others attn_split; 0: every row on attn_split. Only where the mma
-    kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS, G <= 8, no rope inside, pass 2 as its own launch
-    (attn_combine), and at least 2 grid splits (with n > KEYS >= 64 live keys a row then has >= 2 live splits, so
-    pass 2 always runs for it). Why: kernels/attention_dec_mma.cu."""
+    kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS, DV % 32 == 0 (a row's only split writes the
+    output a warp a 32-dim group, as attn_split's), G <= 8, no rope inside, and pass 2 as its own launch
+    (attn_combine). Why: kernels/attention_dec_mma.cu."""
     frm = int(getattr(cu, "attn_dec_mma", 0) or 0)
     ok = (frm > 0 and rope is None and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS
-          and G <= 8 and ns >= 2)
+          and Dv % 32 == 0 and G <= 8)
     return frm if ok else 0
 
 
@@ -266,7 +266,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
     name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>" if rope is None else \
         f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
-    frm = dec_mma_from(cu, k_cache, D, Dv, G, ns, rope, fused)
+    frm = dec_mma_from(cu, k_cache, D, Dv, G, rope, fused)
     run_split, run_mma = dec_mma_launches(cu, frm, T, window)
     if run_split:  # (with frm: built to return for the rows over frm live keys)
         fn = cu._k_with("attention.cu", name, (("BW24_ATTN_DEC_MMA", frm),)) if frm else cu._k("attention.cu", name)
@@ -277,7 +277,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     if run_mma:  # the rows over frm live keys: pass 1 on tensor cores, every kv head's G q heads in one block
         cu._launch(cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc))
+                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs))
     if fused:
         if quant:
             q8.mark_ready(cu, rows)

@@ -250,8 +250,8 @@ class CudaOps(Ops):
     attn_depth = None  # the AttnDepth __init__ parsed
     attn_class = None  # "shallow" / "deep" while a depth class's step runs or is captured (_attn_class)
     # Decode / verify rows with more than N live keys take pass 1 on tensor cores (kernels/attention_dec_mma.cu,
-    # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a multiple of 32 >= 64
-    # (0, the default: off); perf rows "attn_dec_mma_N". float16 products (kernel_check's gemm16 class), so other
+    # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a positive multiple of
+    # 32 (0, the default: off); perf rows "attn_dec_mma_N". float16 products (kernel_check's gemm16 class), so other
     # bits than attn_split's for those rows. Opt-in until measured.
     attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA", "0")
     attn_dec_mma = 0  # the value __init__ checked
@@ -434,9 +434,9 @@ class CudaOps(Ops):
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
         e = self.attn_dec_mma_env
-        if not (e.isdigit() and (int(e) == 0 or (int(e) >= 64 and int(e) % 32 == 0 and int(e) >= self.attn_short))):
-            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off, the default) or a multiple of 32 >= 64 and >= "
-                             "BW24_ATTN_SHORT (live keys past which a row's attention runs on tensor cores)")
+        if not (e.isdigit() and int(e) % 32 == 0):
+            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off, the default) or a positive multiple of 32 (live keys "
+                             "past which a row's attention runs on tensor cores)")
         self.attn_dec_mma = int(e)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
@@ -504,7 +504,7 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_PIPE", 1),)
         if not self.attn_combine32 and file == "attention.cu":  # (attention.cu unrolls 32 by default)
             defines += (("BW24_COMBINE_UNROLL", 8),)
-        if self.attn_short and file == "attention.cu":
+        if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
         if self.attn_fill > 1 and file == "attention.cu":
             defines += (("BW24_ATTN_FILL", self.attn_fill),)

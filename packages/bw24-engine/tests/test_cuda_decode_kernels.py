@@ -632,7 +632,7 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     from bw24.engine.ops.cuda import attn
     from bw24.engine.ops.cuda.attn import AttnDepth
 
-    def run(frm, cls=None, T=1):
+    def run(frm, cls=None, T=1, H=32):
         launches = []
         cu = SimpleNamespace(qmv_configs=SimpleNamespace(tuning=None), attn_override=None, attn_fuse=None,
                              attn_q8=False, attn_split_heads=True, attn_block_heads=4, attn_dec_mma=frm,
@@ -641,7 +641,7 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
                              _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
                              _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1].split("<")[0], g,
                                                                                            fn[2], len(args))))
-        q, out = np.zeros((T, 32, 128), np.float32), np.zeros((T, 32, 128), np.float32)
+        q, out = np.zeros((T, H, 128), np.float32), np.zeros((T, H, 128), np.float32)
         kc, vc = np.zeros((8, 4200, 128), np.float16), np.zeros((8, 4200, 128), np.float16)
         attn.attention(cu, q, kc, vc, np.zeros(1, np.int32), scale=1.0, softcap=None, window=None, out=out)
         return launches
@@ -655,3 +655,8 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     assert [x[0] for x in run(1024, "deep")] == ["attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "shallow")] == ["attn_split", "attn_combine"]
+    # the 32B's shape (8 q heads a kv head): 33 splits for attn_split's two head groups, 66 with the mma kernel's
+    # one block a kv head (its grid: 8 x 66 = 528 blocks, one wave of 4 an SM)
+    q32 = dict(H=64)
+    assert [x[1] for x in run(0, **q32)][0] == (16, 33, 1)
+    assert [x[1] for x in run(1024, **q32)][:2] == [(16, 66, 1), (8, 66, 1)]

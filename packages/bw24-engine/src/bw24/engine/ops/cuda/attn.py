@@ -245,8 +245,12 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     forced = getattr(cu, "attn_fuse", None)  # BW24_ATTN_FUSE over the table; a workbench override over both
     if forced is not None:
         override = {"fuse_combine": int(forced), **(override or {})}
-    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=G)
     fused = fuse_combine(tuning, override)
+    frm = dec_mma_from(cu, k_cache, D, Dv, G, rope, fused)
+    # the splits fill one wave of the grid of the kernel that takes the deep rows: with BW24_ATTN_DEC_MMA one
+    # block a kv head (all its q heads), so a kv head's 8 q heads count once (the 32B's d4096: 66 splits, 528 blocks);
+    # rows of up to 32 x ns keys split the same at any ns (chunks of 32), so the shallow rows keep their bits
+    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=1 if frm else G)
     rows = out.reshape(T, H * Dv)
     # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
     # consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
@@ -266,7 +270,6 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
     name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>" if rope is None else \
         f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
-    frm = dec_mma_from(cu, k_cache, D, Dv, G, rope, fused)
     run_split, run_mma = dec_mma_launches(cu, frm, T, window)
     if run_split:  # (with frm: built to return for the rows over frm live keys)
         fn = cu._k_with("attention.cu", name, (("BW24_ATTN_DEC_MMA", frm),)) if frm else cu._k("attention.cu", name)

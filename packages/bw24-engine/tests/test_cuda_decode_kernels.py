@@ -565,13 +565,13 @@ def test_a_planted_macro_goes_only_to_the_files_that_name_it():
 
 
 def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypatch, helpers):
-    """BW24_ATTN_DEC_MMA: 0 (off, the default) or a positive multiple of 32, else an error naming the variable; perf
-    rows say attn_dec_mma_N; the planted canary's macro reaches attention_dec_mma.cu alone, BW24_ATTN_SHORT both
+    """BW24_ATTN_DEC_MMA: 0 (off, the default), a positive multiple of 32 or `all`, else an error naming the
+    variable; perf rows say attn_dec_mma_N; the planted canary's macro reaches attention_dec_mma.cu alone, BW24_ATTN_SHORT both
     files that split by its rule."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.attn_dec_mma == 0 and CudaOps.attn_dec_mma_env == "0"
-    for bad in ("16", "100", "-64", "x", "1000", ""):
+    for bad in ("16", "100", "-64", "x", "1000", "", "ALL"):
         monkeypatch.setattr(CudaOps, "attn_dec_mma_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_MMA='{bad}'"):
             CudaOps()
@@ -580,6 +580,8 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     assert not any(o.startswith("attn_dec_mma") for o in CudaOps.opt_in(ops))
     ops.attn_dec_mma_env = "1024"
     assert "attn_dec_mma_1024" in CudaOps.opt_in(ops)
+    ops.attn_dec_mma_env = "all"
+    assert "attn_dec_mma_all" in CudaOps.opt_in(ops)
     ops.pdl, ops.variant = True, "planted_decmma"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
@@ -595,7 +597,7 @@ def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_withou
     class (no window) whose keys are past it, and both for verify rows (some may sit under it)."""
     from types import SimpleNamespace
 
-    from bw24.engine.ops.cuda.attn import AttnDepth, dec_mma_from, dec_mma_launches
+    from bw24.engine.ops.cuda.attn import DEC_MMA_ALL, AttnDepth, dec_mma_from, dec_mma_launches
 
     half, f32 = np.zeros((8, 64, 128), np.float16), np.zeros((8, 64, 128), np.float32)
     cu = SimpleNamespace(attn_dec_mma=1024)
@@ -604,15 +606,18 @@ def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_withou
     for args in ((f32, 128, 128, 4, None, False), (half, 256, 256, 4, None, False), (half, 128, 64, 4, None, False),
                  (half, 128, 128, 16, None, False), (half, 128, 128, 4, object(), False),
                  (half, 128, 128, 4, None, True)):
-        assert dec_mma_from(cu, *args) == 0, args[1:]
-    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, None, False) == 0
-    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, None, False) == 0  # (a backend without it)
+        assert dec_mma_from(cu, *args) is None, args[1:]
+    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, None, False) is None
+    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, None, False) is None  # (a backend without it)
+    assert dec_mma_from(SimpleNamespace(attn_dec_mma=DEC_MMA_ALL), half, 128, 128, 4, None, False) == 0  # every row
 
     def launches(cls, T, window=None, keys=1024, frm=1024):
         c = SimpleNamespace(attn_class=cls, attn_depth=AttnDepth(keys, 2, 4))
         return dec_mma_launches(c, frm, T, window)
 
-    assert dec_mma_launches(SimpleNamespace(), 0, 1, None) == (True, False)  # off: attn_split alone
+    assert dec_mma_launches(SimpleNamespace(), None, 1, None) == (True, False)  # off: attn_split alone
+    assert dec_mma_launches(SimpleNamespace(), 0, 5, None) == (False, True)  # `all`: the mma kernel alone
+    assert launches("shallow", 1, frm=0) == (False, True)
     assert launches(None, 1) == (True, True)  # outside a class: both (each returns for the other's rows)
     assert launches("shallow", 1) == (True, False) and launches("shallow", 5) == (True, False)
     assert launches("shallow", 1, keys=2048) == (True, True)  # a shallow class reaching past the threshold
@@ -655,6 +660,7 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     assert [x[0] for x in run(1024, "deep")] == ["attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "shallow")] == ["attn_split", "attn_combine"]
+    assert [x[0] for x in run(attn.DEC_MMA_ALL, "shallow")] == ["attn_dec_mma", "attn_combine"]  # `all`
     # the 32B's shape (8 q heads a kv head): 33 splits for attn_split's two head groups, 66 with the mma kernel's
     # one block a kv head (its grid: 8 x 66 = 528 blocks, one wave of 4 an SM)
     q32 = dict(H=64)

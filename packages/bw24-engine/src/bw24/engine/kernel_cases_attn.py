@@ -17,6 +17,7 @@ import numpy as np
 from .kernel_check import Result, compare, setting
 from .ops.cuda.attn import (
     ATTN_CHUNK,
+    DEC_MMA_ALL,
     DEC_MMA_DIMS,
     block_heads_of,
     default_max_splits,
@@ -607,7 +608,7 @@ def cases() -> Iterator[tuple[str, Case]]:
     # one launch), softcap, a window, and a depth under it (attn_split alone); rows == decode bit for bit. The
     # planted_decmma canary (the first key of every warp's 16 dropped) turns the 8 with rows past it red. With
     # BW24_ATTN_SHORT=128 and from=32 the rows of 33..128 keys are one mma split that writes the output (and the
-    # q8 rows) itself: against the reference (red under the canary too: 9) and its int8 rows.
+    # q8 rows) itself: against the reference (red under the canary too) and its int8 rows.
     for D, G, T, p0, Hkv, win, cap in ((128, 4, 1, 4000, 8, None, None), (128, 8, 1, 4000, 8, None, None),
                                        (128, 2, 1, 3000, 8, None, None), (64, 7, 1, 2000, 2, None, None),
                                        (64, 3, 1, 1500, 3, None, None), (128, 4, 9, 1020, 8, None, None),
@@ -618,6 +619,11 @@ def cases() -> Iterator[tuple[str, Case]]:
             dec_mma_ref_case(D, G, T, p0, 1024, win, cap, Hkv)
     yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
         short(128)(dec_mma_ref_case(128, 4, 1, 100, 32, Hkv=8))
+    # `all` (DEC_MMA_ALL): every row on tensor cores, attn_split not launched: a one-split row of 11 keys, and
+    # verify rows of a kv head's 8 q heads in one split up to 128 keys
+    yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=10 all half-KV", dec_mma_ref_case(128, 4, 1, 10, DEC_MMA_ALL, Hkv=8)
+    yield "attn dec mma D=128 G=8 Hkv=4 T=3 pos=100 all short=128 half-KV", \
+        short(128)(dec_mma_ref_case(128, 8, 3, 100, DEC_MMA_ALL, Hkv=4))
     yield "attn dec mma +q8 out D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
         short(128)(dec_mma(32)(attn_q8_case(128, 4, 1, 100, 8, half=True, cls="gemm16")))
     yield "attn dec mma rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \

@@ -204,27 +204,32 @@ def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
 
 
 DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 16 <= 128, compiled)
+DEC_MMA_ALL = -1  # CudaOps.attn_dec_mma for BW24_ATTN_DEC_MMA=all: every row on tensor cores, no attn_split launch
 
 
-def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int:
+def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int | None:
     """BW24_ATTN_DEC_MMA's KEYS for this call (CudaOps.attn_dec_mma): rows with more live keys take pass 1 on
-    tensor cores (attention_dec_mma.cu), the others attn_split; 0: every row on attn_split. Only where the mma
+    tensor cores (attention_dec_mma.cu), the others attn_split; 0 for `all` (every row); None: every row on
+    attn_split. Only where the mma
     kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS, DV % 32 == 0 (a row's only split writes the
     output a warp a 32-dim group, as attn_split's), G <= 8, no rope inside, and pass 2 as its own launch
     (attn_combine). Why: kernels/attention_dec_mma.cu."""
-    frm = int(getattr(cu, "attn_dec_mma", 0) or 0)
-    ok = (frm > 0 and rope is None and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS
+    v = int(getattr(cu, "attn_dec_mma", 0) or 0)
+    ok = (v != 0 and rope is None and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS
           and Dv % 32 == 0 and G <= 8)
-    return frm if ok else 0
+    return (0 if v == DEC_MMA_ALL else v) if ok else None
 
 
-def dec_mma_launches(cu, frm: int, T: int, window) -> tuple[bool, bool]:
+def dec_mma_launches(cu, frm: int | None, T: int, window) -> tuple[bool, bool]:
     """(attn_split, attn_dec_mma) launches a call with BW24_ATTN_DEC_MMA needs. Each returns at once for the
-    other's rows, so a launch is skipped where the depth class (CudaOps._attn_class: cu.attn_class) says it has
-    no row: a shallow class (cache keys <= depth.keys <= KEYS) no mma row, a deep one with one token and no
-    window (its row has the cache's keys > depth.keys >= KEYS) no attn_split row. Outside a class, both."""
-    if not frm:
+    other's rows, so a launch is skipped where it has no row: with `all` (frm 0) attn_split; inside a depth class
+    (CudaOps._attn_class: cu.attn_class) a shallow one (cache keys <= depth.keys <= KEYS) has no mma row, a deep
+    one with one token and no window (its row has the cache's keys > depth.keys >= KEYS) no attn_split row.
+    Outside a class, both."""
+    if frm is None:
         return True, False
+    if frm == 0:
+        return False, True
     cls, depth = getattr(cu, "attn_class", None), getattr(cu, "attn_depth", None)
     if depth is None or cls is None:
         return True, True
@@ -250,7 +255,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     # the splits fill one wave of the grid of the kernel that takes the deep rows: with BW24_ATTN_DEC_MMA one
     # block a kv head (all its q heads), so a kv head's 8 q heads count once (the 32B's d4096: 66 splits, 528 blocks);
     # rows of up to 32 x ns keys split the same at any ns (chunks of 32), so the shallow rows keep their bits
-    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=1 if frm else G)
+    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=1 if frm is not None else G)
     rows = out.reshape(T, H * Dv)
     # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
     # consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
@@ -293,6 +298,6 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
 
 
 __all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "DEPTH_DEFAULT",
-           "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
+           "DEC_MMA_ALL", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
            "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
            "split_units"]

@@ -251,7 +251,7 @@ class CudaOps(Ops):
     attn_class = None  # "shallow" / "deep" while a depth class's step runs or is captured (_attn_class)
     # Decode / verify rows with more than N live keys take pass 1 on tensor cores (kernels/attention_dec_mma.cu,
     # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a positive multiple of
-    # 32 (0, the default: off); perf rows "attn_dec_mma_N". float16 products (kernel_check's gemm16 class), so other
+    # 32, or `all` (every row; no attn_split launch); 0, the default: off; perf rows "attn_dec_mma_N". float16 products (kernel_check's gemm16 class), so other
     # bits than attn_split's for those rows. Opt-in until measured.
     attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA", "0")
     attn_dec_mma = 0  # the value __init__ checked
@@ -434,10 +434,10 @@ class CudaOps(Ops):
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
         e = self.attn_dec_mma_env
-        if not (e.isdigit() and int(e) % 32 == 0):
-            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off, the default) or a positive multiple of 32 (live keys "
-                             "past which a row's attention runs on tensor cores)")
-        self.attn_dec_mma = int(e)
+        if not (e == "all" or (e.isdigit() and int(e) % 32 == 0)):
+            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off, the default), a positive multiple of 32 (live keys "
+                             "past which a row's attention runs on tensor cores) or all")
+        self.attn_dec_mma = _attn.DEC_MMA_ALL if e == "all" else int(e)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):

@@ -61,7 +61,8 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     const int j1 = min(j0 + cl, p + 1);
     const bool single = live == 1;  // the only live split: write the output directly
 
-    // q * scale as A fragments, float16: row g (h = 0) is head hk*G + g when g < G; rows g + 8 (h = 1) are zero
+    // q * scale as A fragments, float16 (attention_mma.cu's packing): row g is head hk*G + g when g < G; rows
+    // g + 8 are zero
     u32 qa[KS][4];
     const float* qr = g < G ? q + ((i64)t * H + hk * G + g) * D : nullptr;
 #pragma unroll
@@ -167,7 +168,9 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     l += __shfl_xor_sync(FULL_MASK, l, 1);
     l += __shfl_xor_sync(FULL_MASK, l, 2);
 
-    // merge the 4 warps (attn_split's merge): their rows' O through the K tile's shared memory
+    // merge the 4 warps (attn_split's merge, written again here rather than shared: attn_split's register
+    // allocation moved with the place a helper's code sat, 128 -> 168 registers at 5b56e32, see 0847701): their
+    // rows' O through the K tile's shared memory
     __syncthreads();  // every warp is done with the tiles
     float* so = reinterpret_cast<float*>(&ks[0][0]);  // [DM_WARPS][G][DV] floats: <= 16 KB, within ks
     static_assert(DM_WARPS * G * DV * 4 <= DM_KT * KP * 2, "the merge fits in the K tile");

@@ -50,6 +50,36 @@ def test_spec_cuda_greedy_identical(engines, k):
             assert dec.stats.acceptance == 1.0, "draft = target must accept every draft"
 
 
+def test_spec_cuda_greedy_identical_with_the_tensor_core_attention(engines):
+    """BW24_ATTN_DEC_MMA (the attention's pass 1 on tensor cores for rows past N live keys, attention_dec_mma.cu):
+    a row's kernel follows its own keys, so speculative decoding with it stays token-identical to plain decode
+    with it, at a threshold the 48 tokens cross (32: both kernels in one verify launch, the depth classes' launch
+    skips in play) and with `all`; the mma kernel really ran (its launches were built)."""
+    from bw24.engine.ops.cuda.attn import DEC_MMA_ALL
+
+    eng, same = engines
+    ids = eng.tokenizer.encode(PROMPT, add_special=True)
+    assert len(ids) < 32, "the threshold must fall inside the decode"
+    names: list[str] = []
+    k_orig = eng.ops._k
+    eng.ops._k = lambda f, n: (names.append(n), k_orig(f, n))[1]  # (captures build their launches through _k)
+    try:
+        for frm in (32, DEC_MMA_ALL):
+            eng.ops.attn_dec_mma = same.ops.attn_dec_mma = frm
+            names.clear()
+            ref = greedy_decode(eng.model, ids, 48)
+            assert any(n.startswith("attn_dec_mma") for n in names), f"BW24_ATTN_DEC_MMA={frm}: the mma kernel never ran"
+            for d in (NgramDrafter(), DraftModelDrafter(same.model)):
+                for k in (2, 5):
+                    dec = SpecDecoder(eng.model, d, k=k, verify="batched", device=True)
+                    got = list(dec.generate(ids, 48))
+                    assert got == ref, f"{d.name} K={k} dec_mma={frm}: first divergence at " \
+                        f"{next((i for i, (a, b) in enumerate(zip(got, ref, strict=False)) if a != b), len(ref))}"
+    finally:
+        eng.ops.attn_dec_mma = same.ops.attn_dec_mma = 0
+        del eng.ops._k
+
+
 def test_spec_cuda_prompt_cache_equals_plain_decodes(engines):
     """MTP drafting feeds the prompt for its hidden rows (spec.runner.prefill), eagerly; plain decode's prompt
     runs as prefill graphs. The cache must be the same bits: at 6e0baa5 the eager chunk took the flash

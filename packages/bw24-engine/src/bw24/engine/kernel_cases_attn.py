@@ -619,6 +619,9 @@ def cases() -> Iterator[tuple[str, Case]]:
             dec_mma_ref_case(D, G, T, p0, 1024, win, cap, Hkv)
     yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
         short(128)(dec_mma_ref_case(128, 4, 1, 100, 32, Hkv=8))
+    # a split of 4 tiles (the grid forced to 16 splits: 256 keys a split), each warp's state carried across tiles
+    yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=4000 from=1024 splits=16 half-KV", \
+        _with("attn_override", "", {"max_splits": 16})(dec_mma_ref_case(128, 4, 1, 4000, 1024, Hkv=8))
     # `all` (DEC_MMA_ALL): every row on tensor cores, attn_split not launched: a one-split row of 11 keys, and
     # verify rows of a kv head's 8 q heads in one split up to 128 keys
     yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=10 all half-KV", dec_mma_ref_case(128, 4, 1, 10, DEC_MMA_ALL, Hkv=8)

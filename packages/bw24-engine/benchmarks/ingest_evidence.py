@@ -101,9 +101,11 @@ def new_perf_rows(r: Path) -> list[str]:
     return host[len(ours):]
 
 
-def merged_manifest(r: Path, committed: Path = MANIFEST) -> list[str] | None:
-    """The committed manifest's lines with the session's (R_DIR/kernel_manifest.jsonl) added, each module once
-    (by its parsed JSON), sorted; None when the session recorded none."""
+def merged_manifest(r: Path, committed: Path | None = None) -> list[str] | None:
+    """The committed manifest's lines (MANIFEST when not given, looked up at the call: a default bound at definition
+    read the repository's file under the test's stand-in) with the session's (R_DIR/kernel_manifest.jsonl) added,
+    each module once (by its parsed JSON), sorted; None when the session recorded none."""
+    committed = MANIFEST if committed is None else committed
     host = r / "kernel_manifest.jsonl"
     if not host.is_file():
         return None

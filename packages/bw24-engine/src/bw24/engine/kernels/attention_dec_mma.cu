@@ -157,12 +157,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
             // matrices: (keys +0..7, n-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1)
             const int mi = lane >> 3;
             const __half* row = &vs[k0 + (mi & 1) * 8 + (lane & 7)][(i + (mi >> 1)) * 8];
-            u32 b[4];
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                         : "r"((u32)__cvta_generic_to_shared(row)));
-            mma16816(o[i], pa, b[0], b[1]);
-            mma16816(o[i + 1], pa, b[2], b[3]);
+            pv_two_tiles(o[i], o[i + 1], pa, row);
         }
     }
     l += __shfl_xor_sync(FULL_MASK, l, 1);

@@ -190,12 +190,7 @@ attn_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __hal
                 // matrices: (keys +0..7, n-tile n), (keys +8..15, n), (keys +0..7, n+1), (keys +8..15, n+1)
                 const int mi = lane >> 3;
                 const __half* row = &vs[kc2 * 16 + (mi & 1) * 8 + (lane & 7)][(n + (mi >> 1)) * 8];
-                u32 b[4];
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                             : "r"((u32)__cvta_generic_to_shared(row)));
-                mma16816(o[n], pa, b[0], b[1]);
-                mma16816(o[n + 1], pa, b[2], b[3]);
+                pv_two_tiles(o[n], o[n + 1], pa, row);
             }
         }
     }

@@ -18,3 +18,15 @@ __device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1)
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// O[16 x 16 dims] += P V for one 16-key step: two n-tiles (o0: dims 8i.., o1: dims 8(i+1)..) of V's B fragments from
+// shared memory by ldmatrix .x4 .trans. `row`: this lane's row address, matrix lane / 8 = (keys +0..7, tile i),
+// (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1) (attention_mma.cu, attention_dec_mma.cu).
+__device__ __forceinline__ void pv_two_tiles(float* o0, float* o1, const u32* pa, const __half* row) {
+    u32 b[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"((u32)__cvta_generic_to_shared(row)));
+    mma16816(o0, pa, b[0], b[1]);
+    mma16816(o1, pa, b[2], b[3]);
+}

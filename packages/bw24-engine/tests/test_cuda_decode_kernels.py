@@ -585,6 +585,12 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     ops.pdl, ops.variant = True, "planted_decmma"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+    # the gate names the float16 products it rounds by (CudaOps.rounded_paths)
+    ops.qmv_configs = type("Q", (), {"f32_body": False})()
+    ops.prefill_precision, ops.attn_dec_mma = "split", 0
+    assert "fp16-decode-attention" not in CudaOps.rounded_paths(ops)
+    ops.attn_dec_mma = 1024
+    assert "fp16-decode-attention" in CudaOps.rounded_paths(ops)
     ops.variant, ops.attn_short = "", 128
     assert ("BW24_ATTN_SHORT", 128) in ops.kernel_defines("attention_dec_mma.cu")
     assert ("BW24_ATTN_SHORT", 128) in ops.kernel_defines("attention.cu")

@@ -64,6 +64,32 @@ def test_run_gen_chat_env_wraps_the_gates_prompt(capsys, monkeypatch):
     capsys.readouterr()
 
 
+def test_run_gen_repeat_lengthens_the_gates_prompt_and_refuses_nonsense(capsys, monkeypatch):
+    """--repeat N / BW24_GATE_REPEAT=N (the GPU host's `with` stages: a gate past the attention's depth thresholds):
+    the prompt N times, so the gate's ids grow ~N-fold; 0, a negative count or a non-number is refused with an error
+    naming the option or the variable, before any model is loaded."""
+    from bw24.engine.engine import Engine
+
+    seen = []
+    orig = Engine.verify_prefill
+    monkeypatch.setattr(Engine, "verify_prefill",
+                        lambda self, ids, sensitivity=False: (seen.append(len(ids)), orig(self, ids))[1])
+    bare = [a for a in Q if a != "--chat"]
+    assert main(["run-gen", "smollm2-135m", *bare, "-n", "2"]) == 0
+    assert main(["run-gen", "smollm2-135m", *bare, "-n", "2", "--repeat", "3"]) == 0
+    monkeypatch.setenv("BW24_GATE_REPEAT", "4")
+    assert main(["run-gen", "smollm2-135m", *bare, "-n", "2"]) == 0
+    assert seen[1] >= 3 * (seen[0] - 1) and seen[2] >= 4 * (seen[0] - 1)  # (one BOS)
+    load = Engine.load
+    monkeypatch.setattr(Engine, "load", lambda *a, **k: pytest.fail("loaded a model for a refused input"))
+    assert main(["run-gen", "smollm2-135m", *bare, "--repeat", "0"]) != 0
+    assert "--repeat=0" in capsys.readouterr().err
+    monkeypatch.setenv("BW24_GATE_REPEAT", "many")
+    assert main(["run-gen", "smollm2-135m", *bare]) != 0
+    assert "BW24_GATE_REPEAT" in capsys.readouterr().err
+    monkeypatch.setattr(Engine, "load", load)
+
+
 def test_run_gen_canary_perturbed_decode_prints_mismatch(capsys, monkeypatch):
     """A decode-only bug (attention scale 5% off when T == 1) must void the run. (A uniform rope
     position shift would not do: RoPE scores depend only on position differences.)"""

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..errors import EmptyPromptError, InvalidSamplingParamsError
+from ..errors import BadInputError, EmptyPromptError, InvalidSamplingParamsError
 from ..ops import BACKENDS
 from ..sampling import SamplingParams
 from ._common import run_guarded
@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chat", action="store_true", default=os.environ.get("BW24_GATE_CHAT") == "1",
                    help="wrap the prompt in the model's chat template (default: BW24_GATE_CHAT=1; the GPU host's "
                         "gates then prefill more than 16 tokens, the batched prefill path)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="the prompt text this many times, joined by newlines (default: BW24_GATE_REPEAT or 1): a gate "
+                        "whose prompt reaches past BW24_ATTN_DEPTH's / BW24_ATTN_DEC_MMA's key counts")
     p.add_argument("-n", "--max-tokens", type=int, default=64, dest="max_tokens")
     p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
     p.add_argument("--top-k", type=int, default=0)
@@ -52,15 +55,21 @@ def run(args: argparse.Namespace) -> int:
         raise EmptyPromptError("empty prompt: --prompt needs some text")
     if args.max_tokens <= 0:
         raise InvalidSamplingParamsError(f"-n/--max-tokens={args.max_tokens} (must be > 0)")
+    env = os.environ.get("BW24_GATE_REPEAT", "1").strip()
+    repeat = args.repeat if args.repeat is not None else (int(env) if env.isdigit() else 0)
+    if repeat < 1:
+        raise BadInputError(f"--repeat={args.repeat if args.repeat is not None else env!r}"
+                            f"{'' if args.repeat is not None else ' (BW24_GATE_REPEAT)'}: the prompt's copies, at least 1")
+    prompt = "\n".join([args.prompt] * repeat)
     params = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                             repetition_penalty=args.repeat_penalty, seed=args.seed)
 
     eng = Engine.load(args.model, backend=args.backend, n_ctx=args.n_ctx, progress=not args.no_progress)
     print(f"model {eng.path.name} ({eng.config.arch}), backend {eng.backend}, n_ctx {eng.n_ctx}", file=sys.stderr)
     if args.chat:
-        ids = eng.chat_ids([{"role": "user", "content": args.prompt}])
+        ids = eng.chat_ids([{"role": "user", "content": prompt}])
     else:
-        ids = eng.tokenizer.encode(args.prompt, add_special=True)
+        ids = eng.tokenizer.encode(prompt, add_special=True)
 
     gate = eng.verify_prefill(ids, sensitivity=args.sensitivity)
     print(gate.line(), flush=True)

@@ -124,8 +124,12 @@ class CudaOps(Ops):
         return q8.round_x(self, x, out=self._buf("round_x", x.size).reshape(x.shape))
 
     def rounded_paths(self) -> list[str]:
+        """Where this backend rounds beyond fp32 (the gate's report): with BW24_ATTN_DEC_MMA also the decode
+        attention's float16 products (deep rows on a float16 cache; the exact half's float32 cache never takes
+        them: attn.dec_mma_from)."""
         head = ["int8-head"] if self.qmv_configs.f32_body and not self.quantizes_activations else []
-        return super().rounded_paths() + head + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
+        return (super().rounded_paths() + head + (["fp16-prefill"] if self.prefill_precision == "fp16" else [])
+                + (["fp16-decode-attention"] if self.attn_dec_mma else []))
     # Speculative verify: are batched rows (T <= 16) bit-identical to decode steps? A measured claim,
     # never assumed: `benchmarks/spec_bench.py OUT --cells exact` checks it on the device (re-run after
     # any matvec/attention/norm kernel change). Measured YES on the H200 at 4a5c2e7 (smollm2, T = 2..16,

@@ -448,6 +448,28 @@ def test_attn_depth_is_parsed_checked_and_recorded(monkeypatch):
     assert "no_attn_depth" in CudaOps.opt_in(ops) and not any(o.startswith("attn_depth") for o in CudaOps.opt_in(ops))
 
 
+def _attention_launches(T=1, H=32, Hkv=8, S=4200, **attrs) -> list[tuple]:
+    """attn.attention on a stand-in backend (no GPU): float16 caches of S keys, D = 128; attrs over its settings
+    (defaults: 4 q heads a block, no opt-in). Its launches as (kernel, grid, one call's extra defines, args)."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import attn
+
+    launches: list[tuple] = []
+    cu = SimpleNamespace(qmv_configs=SimpleNamespace(tuning=None), attn_override=None, attn_fuse=None, attn_q8=False,
+                         attn_split_heads=True, attn_block_heads=4, attn_dec_mma=0, _k=lambda f, n: (f, n, ()),
+                         _k_with=lambda f, n, extra: (f, n, extra),
+                         _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
+                         _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1].split("<")[0], g, fn[2],
+                                                                                       len(args))))
+    for k, v in attrs.items():
+        setattr(cu, k, v)
+    q, out = np.zeros((T, H, 128), np.float32), np.zeros((T, H, 128), np.float32)
+    kc, vc = np.zeros((Hkv, S, 128), np.float16), np.zeros((Hkv, S, 128), np.float16)
+    attn.attention(cu, q, kc, vc, np.zeros(1, np.int32), scale=1.0, softcap=None, window=None, out=out)
+    return launches
+
+
 def test_default_splits_fill_one_wave_of_the_default_grid(monkeypatch):
     """The split count's default (attn.default_max_splits over split_units): a grid of kv heads x their default
     head groups x splits holds 4 blocks on each of the H200's 132 SMs, one wave. Hand-counted per model (kv heads,
@@ -455,7 +477,6 @@ def test_default_splits_fill_one_wave_of_the_default_grid(monkeypatch):
     ba03fa3: two waves); the 30B-A3B (4, 8) 66; smollm2 (3, 3) 176; qwen2.5-coder-1.5b (2, 6) 256 (the cap). The
     count never follows the q heads a block (BW24_ATTN_BLOCK_HEADS, a depth class): the splits set the partials'
     summation, so the bits stay one model's."""
-    from types import SimpleNamespace
 
     from bw24.engine.ops.cuda import attn
 
@@ -466,16 +487,8 @@ def test_default_splits_fill_one_wave_of_the_default_grid(monkeypatch):
         assert attn.attn_geometry(None, 129, hkv, n_sm=132, group=G) == (ATTN_CHUNK, 5), name  # d0: 5 live units
     assert attn.attn_geometry(None, 40000, 8, n_sm=132) == (ATTN_CHUNK, 66)  # (group 1: memory.plan's bound)
 
-    def grid(heads_a_block, H=64, Hkv=8, S=4200):
-        launches = []
-        cu = SimpleNamespace(qmv_configs=SimpleNamespace(tuning=None), attn_override=None, attn_fuse=None, attn_q8=False,
-                             attn_split_heads=True, attn_block_heads=heads_a_block, _k=lambda f, n: (f, n),
-                             _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
-                             _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1], g)))
-        q, out = np.zeros((1, H, 128), np.float32), np.zeros((1, H, 128), np.float32)
-        kc, vc = np.zeros((Hkv, S, 128), np.float16), np.zeros((Hkv, S, 128), np.float16)
-        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32), scale=1.0, softcap=None, window=None, out=out)
-        return [g for n, g in launches if n.startswith("attn_split")][0]
+    def grid(heads_a_block, H=64):
+        return [g for n, g, *_ in _attention_launches(H=H, attn_block_heads=heads_a_block) if n == "attn_split"][0]
 
     monkeypatch.setattr(attn, "_sm_count", lambda: 132)  # (no GPU here: the H200's SMs)
     assert grid(4) == (16, 33, 1) and grid(2) == (32, 33, 1) and grid(1) == (64, 33, 1)  # the 32B: splits stay
@@ -638,24 +651,12 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     threshold (its rows past it return), attn_dec_mma on a (kv heads, splits, T) grid with the same splits, then
     attn_combine for every row; inside a deep class one token skips attn_split, inside a shallow one the mma
     launch; without the setting the launches are as before."""
-    from types import SimpleNamespace
 
     from bw24.engine.ops.cuda import attn
     from bw24.engine.ops.cuda.attn import AttnDepth
 
     def run(frm, cls=None, T=1, H=32):
-        launches = []
-        cu = SimpleNamespace(qmv_configs=SimpleNamespace(tuning=None), attn_override=None, attn_fuse=None,
-                             attn_q8=False, attn_split_heads=True, attn_block_heads=4, attn_dec_mma=frm,
-                             attn_class=cls, attn_depth=AttnDepth(1024, 2, 4),
-                             _k=lambda f, n: (f, n, ()), _k_with=lambda f, n, extra: (f, n, extra),
-                             _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
-                             _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1].split("<")[0], g,
-                                                                                           fn[2], len(args))))
-        q, out = np.zeros((T, H, 128), np.float32), np.zeros((T, H, 128), np.float32)
-        kc, vc = np.zeros((8, 4200, 128), np.float16), np.zeros((8, 4200, 128), np.float16)
-        attn.attention(cu, q, kc, vc, np.zeros(1, np.int32), scale=1.0, softcap=None, window=None, out=out)
-        return launches
+        return _attention_launches(T=T, H=H, attn_dec_mma=frm, attn_class=cls, attn_depth=AttnDepth(1024, 2, 4))
 
     monkeypatch.setattr(attn, "_sm_count", lambda: 132)  # (no GPU here; the H200's SMs)
     assert [x[0] for x in run(0)] == ["attn_split", "attn_combine"] and run(0)[0][2] == ()

@@ -47,15 +47,21 @@ def test_run_gen_sensitivity_reaches_the_gate(capsys, monkeypatch, how):
     capsys.readouterr()
 
 
-def test_run_gen_chat_env_wraps_the_gates_prompt(capsys, monkeypatch):
-    """BW24_GATE_CHAT=1 (the GPU host's `with` stages) is --chat: the gate's prompt goes through the chat template,
-    longer than the bare prompt (past the 16 rows a decode-path launch takes: the batched prefill runs)."""
+def _gate_prompt_lengths(monkeypatch) -> list[int]:
+    """The lengths of the prompts the run-gen gate checks (Engine.verify_prefill wrapped), in call order."""
     from bw24.engine.engine import Engine
 
-    seen = []
+    seen: list[int] = []
     orig = Engine.verify_prefill
     monkeypatch.setattr(Engine, "verify_prefill",
                         lambda self, ids, sensitivity=False: (seen.append(len(ids)), orig(self, ids))[1])
+    return seen
+
+
+def test_run_gen_chat_env_wraps_the_gates_prompt(capsys, monkeypatch):
+    """BW24_GATE_CHAT=1 (the GPU host's `with` stages) is --chat: the gate's prompt goes through the chat template,
+    longer than the bare prompt (past the 16 rows a decode-path launch takes: the batched prefill runs)."""
+    seen = _gate_prompt_lengths(monkeypatch)
     bare = [a for a in Q if a != "--chat"]
     assert main(["run-gen", "smollm2-135m", *bare, "-n", "2"]) == 0
     monkeypatch.setenv("BW24_GATE_CHAT", "1")
@@ -66,14 +72,11 @@ def test_run_gen_chat_env_wraps_the_gates_prompt(capsys, monkeypatch):
 
 def test_run_gen_repeat_lengthens_the_gates_prompt_and_refuses_nonsense(capsys, monkeypatch):
     """--repeat N / BW24_GATE_REPEAT=N (the GPU host's `with` stages: a gate past the attention's depth thresholds):
-    the prompt N times, so the gate's ids grow ~N-fold; 0, a negative count or a non-number is refused with an error
+    the prompt N times, so the gate's ids grow ~N-fold; 0 or a non-number is refused with an error
     naming the option or the variable, before any model is loaded."""
     from bw24.engine.engine import Engine
 
-    seen = []
-    orig = Engine.verify_prefill
-    monkeypatch.setattr(Engine, "verify_prefill",
-                        lambda self, ids, sensitivity=False: (seen.append(len(ids)), orig(self, ids))[1])
+    seen = _gate_prompt_lengths(monkeypatch)
     bare = [a for a in Q if a != "--chat"]
     assert main(["run-gen", "smollm2-135m", *bare, "-n", "2"]) == 0
     assert main(["run-gen", "smollm2-135m", *bare, "-n", "2", "--repeat", "3"]) == 0

@@ -606,7 +606,8 @@ def cases() -> Iterator[tuple[str, Case]]:
     # pass 1 on tensor cores past 1,024 live keys (BW24_ATTN_DEC_MMA=1024): the 8B's, the 32B's (33 splits), the
     # 0.6B's, qwen2.5-0.5b's and smollm2's shapes at depth, verify rows straddling the threshold (both kernels in
     # one launch), softcap, a window, and a depth under it (attn_split alone); rows == decode bit for bit. The
-    # planted_decmma canary (the first key of every warp's 16 dropped) turns the 8 with rows past it red. With
+    # planted_decmma canary (the first key of every warp's 16 dropped) turns the 8 with rows past it red (12 of
+    # this family's reference cases in all, with the ones below; the rows==decode ones stay green). With
     # BW24_ATTN_SHORT=128 and from=32 the rows of 33..128 keys are one mma split that writes the output (and the
     # q8 rows) itself: against the reference (red under the canary too) and its int8 rows.
     for D, G, T, p0, Hkv, win, cap in ((128, 4, 1, 4000, 8, None, None), (128, 8, 1, 4000, 8, None, None),

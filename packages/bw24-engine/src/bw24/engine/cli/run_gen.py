@@ -55,11 +55,13 @@ def run(args: argparse.Namespace) -> int:
         raise EmptyPromptError("empty prompt: --prompt needs some text")
     if args.max_tokens <= 0:
         raise InvalidSamplingParamsError(f"-n/--max-tokens={args.max_tokens} (must be > 0)")
-    env = os.environ.get("BW24_GATE_REPEAT", "1").strip()
-    repeat = args.repeat if args.repeat is not None else (int(env) if env.isdigit() else 0)
+    if args.repeat is not None:
+        repeat, said = args.repeat, f"--repeat={args.repeat}"
+    else:
+        env = os.environ.get("BW24_GATE_REPEAT", "1").strip()
+        repeat, said = (int(env) if env.isdigit() else 0), f"BW24_GATE_REPEAT={env!r}"
     if repeat < 1:
-        raise BadInputError(f"--repeat={args.repeat if args.repeat is not None else env!r}"
-                            f"{'' if args.repeat is not None else ' (BW24_GATE_REPEAT)'}: the prompt's copies, at least 1")
+        raise BadInputError(f"{said}: the prompt's copies, at least 1")
     prompt = "\n".join([args.prompt] * repeat)
     params = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                             repetition_penalty=args.repeat_penalty, seed=args.seed)

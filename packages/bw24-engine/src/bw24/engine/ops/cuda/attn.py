@@ -203,20 +203,19 @@ def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
     return mode == "norm"
 
 
-DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 16 <= 128, compiled)
+DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 32 <= 128, compiled)
 DEC_MMA_ALL = -1  # CudaOps.attn_dec_mma for BW24_ATTN_DEC_MMA=all: every row on tensor cores, no attn_split launch
 
 
 def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int | None:
     """BW24_ATTN_DEC_MMA's KEYS for this call (CudaOps.attn_dec_mma): rows with more live keys take pass 1 on
     tensor cores (attention_dec_mma.cu), the others attn_split; 0 for `all` (every row); None: every row on
-    attn_split. Only where the mma
-    kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS, DV % 32 == 0 (a row's only split writes the
-    output a warp a 32-dim group, as attn_split's), G <= 8, no rope inside, and pass 2 as its own launch
-    (attn_combine). Why: kernels/attention_dec_mma.cu."""
+    attn_split. Only where the mma kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS (multiples of 32:
+    a row's only split writes the output a warp a 32-dim group, as attn_split's), G <= 8, no rope inside, and
+    pass 2 as its own launch (attn_combine). Why: kernels/attention_dec_mma.cu."""
     v = int(getattr(cu, "attn_dec_mma", 0) or 0)
     ok = (v != 0 and rope is None and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS
-          and Dv % 32 == 0 and G <= 8)
+          and G <= 8)
     return (0 if v == DEC_MMA_ALL else v) if ok else None
 
 

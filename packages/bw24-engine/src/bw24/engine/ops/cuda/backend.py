@@ -255,8 +255,8 @@ class CudaOps(Ops):
     attn_class = None  # "shallow" / "deep" while a depth class's step runs or is captured (_attn_class)
     # Decode / verify rows with more than N live keys take pass 1 on tensor cores (kernels/attention_dec_mma.cu,
     # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a positive multiple of
-    # 32, or `all` (every row; no attn_split launch); 0, the default: off; perf rows "attn_dec_mma_N". float16 products (kernel_check's gemm16 class), so other
-    # bits than attn_split's for those rows. Opt-in until measured.
+    # 32, or `all` (every row; no attn_split launch); 0, the default: off; perf rows "attn_dec_mma_N". float16
+    # products (kernel_check's gemm16 class), so other bits than attn_split's for those rows. Opt-in until measured.
     attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA", "0")
     attn_dec_mma = 0  # the value __init__ checked
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
@@ -482,7 +482,7 @@ class CudaOps(Ops):
 
     # ---- launching ------------------------------------------------------------------------------
     def _k(self, file: str, name: str):
-        return get_kernel(file, name, self.kernel_defines(file))
+        return self._k_with(file, name, ())
 
     def _k_with(self, file: str, name: str, extra: tuple[tuple[str, object], ...]):
         """_k with defines of one call on top (attention.cu's BW24_ATTN_DEC_MMA where attn.dec_mma_from applies)."""

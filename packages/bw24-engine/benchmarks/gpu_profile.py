@@ -166,7 +166,9 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
     decode_n()
     plain_us = (time.perf_counter() - t0) * 1e6 / STEPS
     rows, wall = kernel_table(decode_n, STEPS)
-    name = f"{preset}-{quant}_d{depth}"
+    # a GGUF path's file name, not its folders (the eae1eee profile of the real pair failed writing
+    # profile_/tmp/bw24cache/...: its tables printed, its files not written)
+    name = f"{Path(str(preset)).name.removesuffix('.gguf')}-{quant}_d{depth}"
     lines = [f"## decode {name}: {plain_us:.1f} us/token unprofiled ({1e6 / plain_us:.0f} tok/s), "
              f"{wall:.1f} us/token under the profiler; kernels {sum(r[1] for r in rows):.0f}/token, "
              f"kernel time {sum(r[2] for r in rows):.1f} us/token"]

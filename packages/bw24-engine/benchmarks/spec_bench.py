@@ -293,7 +293,7 @@ def cell_pair(args, rows, summary) -> None:
 
     dpath, tpath = (Path(x) for x in args.pair)
     eng = Engine.load(tpath, backend=args.backend, progress=False)
-    dr = Engine.load(dpath, backend=args.backend, n_ctx=eng.n_ctx, progress=False)
+    dr = Engine.load(dpath, backend=args.backend, n_ctx=eng.n_ctx, progress=False, draft=True)
     check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
     dec = SpecDecoder(eng.model, DraftModelDrafter(dr.model), k=5, adaptive=True, verify=args.verify)
     ratios, after = [], []

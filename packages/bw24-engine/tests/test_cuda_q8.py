@@ -5,6 +5,8 @@ offsets and minimums through the integer sums) against the fp64 reference, and t
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from bw24.engine.ops.cuda.launch import Q8_TYPES, QmvConfigs, check_path, default_path, default_qmv
@@ -163,7 +165,7 @@ def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value, h
             "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
             "c = QmvConfigs(Tuning()); o = CudaOps.__new__(CudaOps); "
             "print(c.plan(Q.Q4_K, 4096, 1024)[0], c.plan(Q.Q4_1, 1536, 576)[0], "
-            "feeds_q8(np.zeros((1, 1024), np.float32)), [p for p in o.opt_in() if p.startswith('q8_min')])")
+            "feeds_q8(o, np.zeros((1, 1024), np.float32)), [p for p in o.opt_in() if p.startswith('q8_min')])")
     out = helpers.fresh_python(code, "BW24_Q8_MIN_K", **({} if value is None else {"BW24_Q8_MIN_K": value}))
     if value is None:
         assert out.strip() == "q8 f32 True []"
@@ -383,10 +385,11 @@ def test_attention_split_heads_dispatch(helpers):
     assert [attn.head_groups(G, True, 2) for G in (1, 2, 3, 4, 6, 8)] == [1, 1, 1, 2, 3, 4]
     assert [attn.head_groups(G, True, 1) for G in (1, 2, 4)] == [1, 2, 4] and attn.head_groups(4, False, 1) == 1
 
-    def run(split, H, Hkv, T=1, fuse=0, per=None):
+    def run(split, H, Hkv, T=1, fuse=0, per=None, few_kv=False):
         launches, bufs = [], {}
         cu = _PlanOps(None, helpers)
         cu.attn_q8, cu.attn_override, cu.attn_fuse, cu.attn_split_heads = False, {"fuse_combine": fuse}, None, split
+        cu.attn_few_kv = few_kv
         if per is not None:
             cu.attn_block_heads = per
         cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
@@ -414,6 +417,15 @@ def test_attention_split_heads_dispatch(helpers):
     launches, tickets = run(True, 64, 8, T=20, fuse=1, per=2)
     assert launches == [("attn_split<128,128,2,32,__half>", (32, 2, 20))] and tickets == 20 * 8 * 4
     assert run(True, 64, 8, T=1, fuse=1, per=2)[1] == 16 * 8 * 4
+    # few kv heads of many q heads (attn.FEW_KV_HEADS, MANY_Q_HEADS; CudaOps.attn_few_kv): one q head a block, at
+    # any per a depth class sets: qwen2.5-coder-0.5b's 2 kv heads of 7 (one block of 7 before), the 1.5b's 2 of 6
+    assert run(True, 14, 2, few_kv=True)[0][0] == ("attn_split<128,128,1,32,__half>", (14, 2, 1))
+    assert run(True, 12, 2, per=2, few_kv=True)[0][0] == ("attn_split<128,128,1,32,__half>", (12, 2, 1))
+    assert run(True, 14, 2)[0][0] == ("attn_split<128,128,7,32,__half>", (2, 2, 1))  # the rule off
+    # the rule's edges: 3 kv heads, or 4 q heads a kv head, keep the configured heads a block
+    assert run(True, 24, 3, per=2, few_kv=True)[0][0] == ("attn_split<128,128,2,32,__half>", (12, 2, 1))
+    assert run(True, 8, 2, per=2, few_kv=True)[0][0] == ("attn_split<128,128,2,32,__half>", (4, 2, 1))
+    assert run(False, 14, 2, few_kv=True)[0][0] == ("attn_split<128,128,7,32,__half>", (2, 2, 1))  # split heads off
 
 
 def test_attn_block_heads_env_is_checked_and_recorded(monkeypatch, helpers):
@@ -427,6 +439,14 @@ def test_attn_block_heads_env_is_checked_and_recorded(monkeypatch, helpers):
     ops = CudaOps.__new__(CudaOps)
     ops.attn_block_heads_env, ops.attn_split_heads = "2", False
     assert not any(o.startswith("attn_block_heads") for o in CudaOps.opt_in(ops))  # no head groups: nothing differs
+    # the few-kv-heads rule on unless the variable is set; an explicit 4 turns it off, so its rows say 4
+    ops = CudaOps.__new__(CudaOps)
+    assert CudaOps.attn_few_kv is ("BW24_ATTN_BLOCK_HEADS" not in os.environ)
+    ops.attn_block_heads_env, ops.attn_split_heads, ops.attn_few_kv = "4", True, False
+    assert "attn_block_heads_4" in CudaOps.opt_in(ops)
+    out = helpers.fresh_python("from bw24.engine.ops.cuda.backend import CudaOps; print(CudaOps.attn_few_kv)",
+                               "BW24_ATTN_BLOCK_HEADS", BW24_ATTN_BLOCK_HEADS="4")
+    assert out.strip() == "False"
 
 
 def test_rope_attention_dispatch(helpers):
@@ -553,3 +573,22 @@ def test_gate_emulation_rounds_the_q8_matvecs_inputs_for_the_fp32_kernels():
         ops.matmul(wide, x, out=np.zeros((1, 4096), np.float32))
         ops.matmul(weight(Q.Q6_K, 151936, 4096), x, out=np.zeros((1, 151936), np.float32))
         assert [n for n, _ in launches] == ["qmv", "round_x_q8", "qmv"]
+
+
+@pytest.mark.parametrize("value", [None, "0"])
+def test_a_draft_model_takes_int8_activations_at_every_k(value, helpers):
+    """CudaOps.use_draft_policy (Engine.load(draft=True)): a draft's narrow layers plan the q8 path (the real pair's
+    0.5b, K = 896; smollm2's 576), their norm leaves the codes; a target's keep Q8_MIN_K's rule. BW24_DRAFT_Q8=0:
+    the draft keeps the target's rule, and perf rows say so."""
+    code = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
+            "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
+            "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
+            "o = CudaOps.__new__(CudaOps); o.qmv_configs = QmvConfigs(Tuning()); "
+            "before = o.qmv_configs.plan(Q.Q4_K, 4864, 896)[0]; o.use_draft_policy(); "
+            "print(before, o.qmv_configs.plan(Q.Q4_K, 4864, 896)[0], o.qmv_configs.plan(Q.Q4_1, 1536, 576)[0], "
+            "feeds_q8(o, np.zeros((1, 896), np.float32)), [p for p in o.opt_in() if 'draft' in p])")
+    out = helpers.fresh_python(code, "BW24_", **({} if value is None else {"BW24_DRAFT_Q8": value}))
+    if value is None:
+        assert out.strip() == "f32 q8 q8 True []"
+    else:
+        assert out.strip() == "f32 f32 f32 False ['no_draft_q8']"

@@ -24,6 +24,33 @@ def model(tmp_path_factory):
     return str(p)
 
 
+def test_the_draft_model_loads_under_the_draft_policy(model, monkeypatch, capsys):
+    """--draft: the drafter's engine is loaded with draft=True, so its backend's use_draft_policy (cuda: int8
+    activations at every K) runs before any of its weights load; the target's backend never takes it."""
+    from bw24.engine import engine as engine_mod
+    from bw24.engine.ops import RefOps
+
+    backends = []
+
+    class Recording(RefOps):
+        def __init__(self):
+            super().__init__()
+            self.weights, self.policy_at = 0, None
+            backends.append(self)
+
+        def use_draft_policy(self):
+            self.policy_at = self.weights
+
+        def load_weight(self, ti):
+            self.weights += 1
+            return super().load_weight(ti)
+
+    monkeypatch.setattr(engine_mod, "get_ops", lambda backend: Recording())
+    assert main(["run-spec", model, "--draft", model, "--k", "2", *ARGS]) == 0, capsys.readouterr().out
+    assert len(backends) == 2 and all(b.weights > 0 for b in backends)
+    assert [b.policy_at for b in backends] == [None, 0]  # the target untouched; the draft's before its weights
+
+
 @pytest.mark.parametrize("drafter", [["--ngram"], ["--mtp"]])
 def test_spec_cli_run_spec_passes(model, drafter, capsys):
     rc = main(["run-spec", model, *drafter, "--k", "1..8", *ARGS])

@@ -53,18 +53,20 @@ def test_spec_cuda_greedy_identical(engines, k):
 def test_spec_cuda_greedy_identical_with_the_tensor_core_attention(engines):
     """BW24_ATTN_DEC_MMA (the attention's pass 1 on tensor cores for rows past N live keys, attention_dec_mma.cu):
     a row's kernel follows its own keys, so speculative decoding with it stays token-identical to plain decode
-    with it, at a threshold the 48 tokens cross (32: both kernels in one verify launch, the depth classes' launch
-    skips in play) and with `all`; the mma kernel really ran (its launches were built)."""
+    with it, at a threshold the 48 tokens cross (the first multiple of 32 past the prompt: both kernels in one
+    verify launch, the depth classes' launch skips in play) and with `all`; the mma kernel really ran (its
+    launches were built). (At eae1eee this test assumed a prompt under 32 tokens; the tokenizer makes 39.)"""
     from bw24.engine.ops.cuda.attn import DEC_MMA_ALL
 
     eng, same = engines
     ids = eng.tokenizer.encode(PROMPT, add_special=True)
-    assert len(ids) < 32, "the threshold must fall inside the decode"
+    cross = 32 * (len(ids) // 32 + 1)  # the first threshold (a multiple of 32) over the prompt's keys
+    assert cross + 8 < len(ids) + 48, "the threshold must fall inside the decode"
     names: list[str] = []
     k_orig = eng.ops._k
     eng.ops._k = lambda f, n: (names.append(n), k_orig(f, n))[1]  # (captures build their launches through _k)
     try:
-        for frm in (32, DEC_MMA_ALL):
+        for frm in (cross, DEC_MMA_ALL):
             eng.ops.attn_dec_mma = same.ops.attn_dec_mma = frm
             names.clear()
             ref = greedy_decode(eng.model, ids, 48)

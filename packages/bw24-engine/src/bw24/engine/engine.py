@@ -143,12 +143,15 @@ class Engine:
 
     @classmethod
     def load(cls, model: str | Path, backend: str = "auto", n_ctx: int | None = None, *,
-             max_batch: int | None = None, progress: bool = True, kv_dtype: str | None = None) -> Engine:
+             max_batch: int | None = None, progress: bool = True, kv_dtype: str | None = None,
+             draft: bool = False) -> Engine:
         """Resolve (alias, path, hf:...), map the GGUF, build the tokenizer, load the weights.
         kv_dtype: "f32" | "f16", the KV-cache element (None: the backend's own, cuda f16 / cpu f32).
         max_batch: tokens a forward takes at most, the prefill chunk (None: the backend's
         default_max_batch: cuda 2048 unless BW24_UBATCH says otherwise, the reference 128); never more
-        than n_ctx."""
+        than n_ctx.
+        draft: the model drafts for a speculative target (the backend's use_draft_policy: cuda, int8 activations at
+        every K; its arithmetic moves the acceptance only, the target's verify keeps the output exact)."""
         from bw24.gguf import GGUFFile, ModelConfig, resolve_model
         from bw24.tokenizer import Tokenizer
         from tqdm.auto import tqdm
@@ -169,6 +172,8 @@ class Engine:
         # Buffers, ~184 KB a token for the 8B) are sized by max_batch, so a short context (a decode cell's
         # n_ctx 136) holds no prefill chunk's worth of rows it can never fill.
         max_batch = min(max_batch or ops.default_max_batch, n_ctx)
+        if draft and hasattr(ops, "use_draft_policy"):
+            ops.use_draft_policy()  # before any weight plans its path
         if kv_dtype is not None:
             ops.kv_dtype = kv_cache_dtype(kv_dtype)  # before prepare_model plans the cache's bytes
         prepare = getattr(ops, "prepare_model", None)  # cuda: VRAM check before any upload, byte progress

@@ -113,7 +113,7 @@ def make_drafter(opts: DrafterOptions | argparse.Namespace, eng, *, progress: bo
             raise BadInputError("--frspec applies to --draft models only in this version")
         return MTPDrafter(eng.model, eng.gguf)
     if o.draft:
-        dr = Engine.load(o.draft, backend=eng.backend, n_ctx=eng.n_ctx, progress=progress)
+        dr = Engine.load(o.draft, backend=eng.backend, n_ctx=eng.n_ctx, progress=progress, draft=True)
         check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
         return DraftModelDrafter(dr.model, frspec_ids=ranks, gguf=dr.gguf)
     if ranks is not None:

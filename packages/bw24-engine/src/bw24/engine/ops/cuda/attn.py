@@ -119,9 +119,24 @@ def head_groups(G: int, split: bool, per: int = SPLIT_HEADS) -> int:
     return G // per if split and G > per and G % per == 0 else 1
 
 
-def block_heads_of(cu) -> int:
+# A model of few kv heads with many q heads each (the real pair: qwen2.5-coder-0.5b's 2 kv heads of 7 q heads,
+# the 1.5b's 2 of 6) gets few attention blocks (one block of 7, three of 2) and a long chain of dot products in
+# each: one q head a block. On the H200 at eae1eee (BW24_ATTN_BLOCK_HEADS=1, one geometry at every depth) the 1.5b
+# decoded 931-950 tok/s against 882-892 on the defaults, the 0.5b 748-970 against 727-858, and the pair's
+# speculative runs 472 / 558 / 606 tok/s against 444 / 511 / 558 (evidence/spec_bench_h200_eae1eee_pair
+# {_attn_block_heads,}.txt); the bits are those of one block a kv head (kernel-check's block-heads cases).
+# CudaOps.attn_few_kv: on unless BW24_ATTN_BLOCK_HEADS is set (that value then, at every depth, as before).
+FEW_KV_HEADS = 2
+MANY_Q_HEADS = 6
+
+
+def block_heads_of(cu, hkv: int | None = None, G: int | None = None) -> int:
     """The q heads a block of this backend when its kv heads' are split (CudaOps.attn_block_heads; backends
-    without the setting: SPLIT_HEADS)."""
+    without the setting: SPLIT_HEADS); with the model's shape (hkv kv heads of G q heads) one for few kv heads
+    of many q heads (FEW_KV_HEADS, MANY_Q_HEADS, why there) where CudaOps.attn_few_kv says so."""
+    if (hkv is not None and G is not None and getattr(cu, "attn_few_kv", False)
+            and hkv <= FEW_KV_HEADS and G >= MANY_Q_HEADS):
+        return 1
     return getattr(cu, "attn_block_heads", None) or SPLIT_HEADS
 
 
@@ -261,13 +276,13 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     # skips its quantize_x launch.
     # CudaOps.attn_q8: on by default (BW24_ATTN_Q8=0 turns it off; why: the comment there). With the fused
     # pass 2, its last split block quantizes what it combined.
-    quant = getattr(cu, "attn_q8", False) and q8.feeds_q8(rows)
+    quant = getattr(cu, "attn_q8", False) and q8.feeds_q8(cu, rows)
     xq, xs = q8.buffers(cu, T, H * Dv) if quant else (NULL, NULL)
     ml = cu._buf("attn_ml", T * H * ns * 2)  # sized by the first eager call, outside graph capture
     acc = cu._buf("attn_acc", T * H * ns * Dv)
     # per (token, kv head, head group), zeroed once and re-armed by the kernel (sized for 16 rows of 8 kv heads
     # first)
-    hg = head_groups(G, getattr(cu, "attn_split_heads", False), block_heads_of(cu))
+    hg = head_groups(G, getattr(cu, "attn_split_heads", False), block_heads_of(cu, Hkv, G))
     Gb = G // hg  # q heads a block
     tickets = cu._buf("attn_tickets", max(T, 16) * max(Hkv, 8) * hg, np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
@@ -296,7 +311,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         q8.mark_ready(cu, rows)
 
 
-__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "DEPTH_DEFAULT",
+__all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "FEW_KV_HEADS", "MANY_Q_HEADS", "DEPTH_DEFAULT",
            "DEC_MMA_ALL", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
            "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
            "split_units"]

@@ -21,7 +21,7 @@ from . import attn as _attn
 from . import norm as _norm
 from . import prefill as _prefill
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel, names_macro
-from .launch import Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, QmvConfigs
+from .launch import DRAFT_Q8_MIN_K, Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, QmvConfigs
 from .prefill import PRECISIONS
 from .repack import UnsupportedWeightError
 from .weights import NULL, QWeight, upload_weight
@@ -59,6 +59,12 @@ class CudaOps(Ops):
         self.quantizes_activations = on
         self.qmv_configs.force_path = None
         self.qmv_configs.f32_body = not on
+
+    def use_draft_policy(self) -> None:
+        """This backend runs a speculative draft model (Engine.load(draft=True)): int8 activations at every K
+        (launch.DRAFT_Q8_MIN_K, why there) unless BW24_DRAFT_Q8=0. Before the weights load: their paths follow it."""
+        if self.draft_q8:
+            self.qmv_configs.min_k = min(self.qmv_configs.min_k, DRAFT_Q8_MIN_K)
 
     def _activation_policy(self, cfg) -> None:
         """A mixture-of-experts model's matvecs on int8 activations as a dense model's, its experts too
@@ -219,6 +225,9 @@ class CudaOps(Ops):
     # bit for bit); other bits than the split rule's for 33..N keys. BW24_ATTN_SHORT=N (a multiple of 32 up
     # to 1024; 0 off), perf rows "attn_short_N". Opt-in until measured.
     attn_short_env = os.environ.get("BW24_ATTN_SHORT", "0")
+    # A draft model's matvecs on int8 activations at every K (use_draft_policy; launch.DRAFT_Q8_MIN_K, why there):
+    # BW24_DRAFT_Q8=0 turns it off (perf / spec rows "no_draft_q8").
+    draft_q8 = os.environ.get("BW24_DRAFT_Q8", "1") != "0"
     attn_short = 0  # the value __init__ checked
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
@@ -231,6 +240,9 @@ class CudaOps(Ops):
     # depth classes (BW24_ATTN_DEPTH) run 2 up to 1,024 keys.
     attn_block_heads_env = os.environ.get("BW24_ATTN_BLOCK_HEADS", "4")
     attn_block_heads = 4  # the value __init__ checked
+    # one q head a block for models of few kv heads with many q heads each (ops/cuda/attn.py FEW_KV_HEADS, why
+    # there): the default since eae1eee's H200 run; BW24_ATTN_BLOCK_HEADS set (any value) takes that one instead
+    attn_few_kv = "BW24_ATTN_BLOCK_HEADS" not in os.environ
     # At shallow depth, up to N blocks share a decode / verify attention block's q heads, run by the split
     # blocks past the live range (attention.cu BW24_ATTN_FILL, why there; the grid and the bits unchanged):
     # BW24_ATTN_FILL = 1 (off, the default), 2, 4 or 8; perf rows "attn_fill_N". Opt-in: 4 moved nothing
@@ -376,7 +388,7 @@ class CudaOps(Ops):
                                       ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
                                       (f"attn_short_{self.attn_short}", self.attn_short > 0),
                                       (f"attn_block_heads_{self.attn_block_heads_env}",
-                                       self.attn_split_heads and self.attn_block_heads_env != "4"),
+                                       self.attn_split_heads and (self.attn_block_heads_env != "4" or not self.attn_few_kv)),
                                       (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
                                       (f"attn_min_blocks_{self.attn_min_blocks_env}", self.attn_min_blocks_env != "1"),
                                       (self.attn_depth.label if self.attn_depth else "", self.attn_depth is not None
@@ -393,6 +405,7 @@ class CudaOps(Ops):
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
+                                      ("no_draft_q8", not self.draft_q8),
                                       ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),

@@ -97,10 +97,19 @@ def q8_min_k(env: str | None) -> int:
 
 Q8_MIN_K = q8_min_k(os.environ.get("BW24_Q8_MIN_K"))
 Q8_MIN_N = 100_000
+# A speculative draft model (Engine.load(draft=True): CudaOps.use_draft_policy) takes int8 activations at every K
+# (one q8 group): its arithmetic sets the acceptance only, the target's verify keeps the output exact, so no gate
+# holds it to the fp32 reference. On the H200 at eae1eee the real pair's draft (qwen2.5-coder-0.5b, K = 896 and
+# 4,864) decoded 772-1,200 tok/s on int8 activations against 727-858 with its K = 896 layers on fp32 ones, and the
+# pair ran 0.63 / 0.77 / 0.79x the 1.5b's plain decode against 0.50 / 0.58 / 0.62x (acceptance 0.56 / 0.77 / 0.80
+# against 0.56 / 0.72 / 0.80; evidence/spec_bench_h200_eae1eee_pair{,_q8_min_k_896}.txt). BW24_DRAFT_Q8=0: a
+# draft takes the target's rule (perf / spec rows "no_draft_q8").
+DRAFT_Q8_MIN_K = 32
 
 
-def default_path(name: str, n: int, k: int) -> str:
-    return "q8" if name in Q8_TYPES and (k >= Q8_MIN_K or n >= Q8_MIN_N) else "f32"
+def default_path(name: str, n: int, k: int, min_k: int | None = None) -> str:
+    """The path of a weight [n, k] of type name: q8 from min_k columns (None: Q8_MIN_K) and for vocabulary heads."""
+    return "q8" if name in Q8_TYPES and (k >= (Q8_MIN_K if min_k is None else min_k) or n >= Q8_MIN_N) else "f32"
 
 
 def check_path(cfg: dict) -> str:
@@ -122,6 +131,7 @@ class QmvConfigs:
         # every weight but a vocabulary head (N >= Q8_MIN_N) on the fp32 path: mixture-of-experts models
         # (CudaOps.use_int8_activations(False)); the head feeds no router, only the logits
         self.f32_body = False
+        self.min_k = Q8_MIN_K  # q8 from this many columns (default_path); DRAFT_Q8_MIN_K for a draft model
 
     @classmethod
     def for_device(cls, warn=None) -> QmvConfigs:
@@ -144,7 +154,7 @@ class QmvConfigs:
         try:
             w, r = check_config(cfg)
             check_path(cfg)  # a corrupt path in the table voids the entry (validated, then unused)
-            path = check_path({"path": forced}) if forced else default_path(name, n, k)
+            path = check_path({"path": forced}) if forced else default_path(name, n, k, self.min_k)
         except ValueError:  # a table entry outside the kernel's space: defaults, never a crash
-            (w, r), path = check_config(default_qmv(n, k)), default_path(name, n, k)
+            (w, r), path = check_config(default_qmv(n, k)), default_path(name, n, k, self.min_k)
         return ("q8" if path == "q8" and name in Q8_TYPES else "f32"), w, r

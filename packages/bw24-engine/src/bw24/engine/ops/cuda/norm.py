@@ -47,7 +47,7 @@ def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:
         cu._launch(cu._k("norm.cu", name), (x.size // K,), block, args)
         return
     rows = out.reshape(-1, K)
-    fuse = name.startswith("rmsnorm_reg<4,") and q8.feeds_q8(rows)
+    fuse = name.startswith("rmsnorm_reg<4,") and q8.feeds_q8(cu, rows)
     xq, xs = q8.buffers(cu, *rows.shape) if fuse else (NULL, NULL)
     cu._launch(cu._k("norm.cu", name), (x.size // K,), block, (*args, xq, xs))
     if fuse:

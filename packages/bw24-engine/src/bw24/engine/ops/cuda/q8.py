@@ -123,12 +123,12 @@ def fusable(x) -> bool:
     return T <= QMV_NT[-1] and K % 32 == 0 and x.flags.c_contiguous
 
 
-def feeds_q8(rows) -> bool:
+def feeds_q8(ops, rows) -> bool:
     """Should a producer of rows [T, K] leave their int8 quantization? When their consumer runs on the
-    q8 path (K >= Q8_MIN_K: launch.default_path's rule for the matvecs after a norm, the attention or
-    an output projection) and the producer can write it (fusable). One rule for rmsnorm and
-    attention."""
-    return rows.shape[-1] >= Q8_MIN_K and fusable(rows)
+    q8 path (K >= the backend's min_k, Q8_MIN_K or a draft's DRAFT_Q8_MIN_K: launch.default_path's rule for
+    the matvecs after a norm, the attention or an output projection) and the producer can write it
+    (fusable). One rule for rmsnorm and attention."""
+    return rows.shape[-1] >= getattr(getattr(ops, "qmv_configs", None), "min_k", Q8_MIN_K) and fusable(rows)
 
 
 def mark_ready(ops, x) -> None:

@@ -53,24 +53,37 @@ __device__ __forceinline__ void better_d(double& v, int& i, double v2, int i2) {
 }
 
 // One token's routing: logits l [X] -> sel int32 [k], wts float32 [k], by one warp (lane = its lane). X <= 1024
-// (a 32-bit mask per lane). p is computed once per expert (the same expression, so the same double, as
-// recomputing it per round). Finite logits give the same sel / wts as the per-round shuffle argmax this replaced.
-// The logits are read through L2 (__ldcg): moe_router's last block reads what its other blocks just wrote.
+// (a 32-bit mask per lane), k <= 32 (lane r keeps round r's pick and writes it). p is computed once per expert
+// (the same expression, so the same double, as recomputing it per round). Finite logits give the same sel / wts
+// as the per-round shuffle argmax this replaced. The logits are read through L2 (__ldcg): moe_router's last block
+// reads what its other blocks just wrote. Every lane's loads are issued together, before the first use (one L2
+// round trip): until eae1eee the max read them in a strided loop and the exponentials read them again behind a
+// loop exit each, two chains of X / 32 round trips, and lane 0 wrote the k weights from a local array in series;
+// the moe_router that routes with this ran 11.2-11.7 us a layer in Nsight Compute there (32 blocks, 2% of the
+// DRAM's bandwidth; evidence/ncu_h200_eae1eee_qwen3-30b-a3b_q4_k_m_moe_router_T1.txt). The same operations on the
+// same values in the same order: the same bits.
 __device__ __forceinline__ void route_token(const float* l, int X, int k, int norm, int* __restrict__ sel,
                                             float* __restrict__ wts, int lane) {
+    double p[32];  // p[j]: expert lane + 32 j: its logit, then exp(logit - max), then its probability
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {  // no branch between the loads: past X each reads expert X - 1, unused
+        const float v = __ldcg(l + min(lane + 32 * j, X - 1));
+        p[j] = lane + 32 * j < X ? (double)v : -INFINITY;
+    }
     double m = -INFINITY;
-    for (int x = lane; x < X; x += 32) m = fmax(m, (double)__ldcg(l + x));
+#pragma unroll
+    for (int j = 0; j < 32; ++j) m = fmax(m, p[j]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(FULL_MASK, m, o));
-    double p[32];  // p[j]: expert lane + 32 j
     double s = 0.0;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-        p[j] = 0.0;
         if (32 * j >= X) break;  // warp-uniform: X/32 rounds, not 32
         if (lane + 32 * j < X) {
-            p[j] = exp((double)__ldcg(l + lane + 32 * j) - m);
+            p[j] = exp(p[j] - m);
             s += p[j];
+        } else {
+            p[j] = 0.0;
         }
     }
 #pragma unroll
@@ -81,7 +94,8 @@ __device__ __forceinline__ void route_token(const float* l, int X, int k, int no
         p[j] = p[j] / s;
     }
     u32 taken = 0;  // bit j: expert lane + 32 j already selected
-    double pw[32];
+    double mine = 0.0;  // lane r: round r's probability and expert
+    int mine_i = 0;
     double total = 0.0;
     for (int r = 0; r < k; ++r) {
         double bv = -INFINITY;
@@ -100,12 +114,16 @@ __device__ __forceinline__ void route_token(const float* l, int X, int k, int no
         bi = (int)__reduce_min_sync(FULL_MASK, key == best ? (u32)bi : 0xffffffffu);
         bv = __longlong_as_double((long long)(best - 1ull));
         if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-        pw[r] = bv;
+        if (lane == r) {
+            mine = bv;
+            mine_i = bi;
+        }
         total += bv;
-        if (lane == 0) sel[r] = bi;
     }
-    if (lane == 0)
-        for (int r = 0; r < k; ++r) wts[r] = (float)(norm ? pw[r] / total : pw[r]);
+    if (lane < k) {
+        sel[lane] = mine_i;
+        wts[lane] = (float)(norm ? mine / total : mine);
+    }
 }
 
 // logits [T, X] -> sel int32 [T, k], wts float32 [T, k]: one warp per token (route_token).

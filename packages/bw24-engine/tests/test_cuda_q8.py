@@ -155,14 +155,18 @@ def test_q8_min_k_reads_its_variable_and_refuses_a_bad_one():
             q8_min_k(bad)
 
 
+# what a fresh interpreter's paths tests print (the variables read at import, as a measured run reads them)
+PLAN_PROBE = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
+              "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
+              "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; ")
+
+
 @pytest.mark.parametrize("value", [None, "2048"])
 def test_q8_min_k_moves_the_narrow_layers_and_their_norm_to_the_q8_path(value, helpers):
     """The default K >= 1024 (a fresh interpreter, as a measured run reads it): the 0.6B's K = 1024 Q/K/V and
     gate/up plan the q8 path, the rmsnorm ahead of them leaves their codes (feeds_q8); smollm2's K = 576 stays
     fp32. BW24_Q8_MIN_K=2048 (the threshold before 6e0baa5's run) keeps them on the fp32 path, perf rows say so."""
-    code = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
-            "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
-            "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
+    code = (PLAN_PROBE +
             "c = QmvConfigs(Tuning()); o = CudaOps.__new__(CudaOps); "
             "print(c.plan(Q.Q4_K, 4096, 1024)[0], c.plan(Q.Q4_1, 1536, 576)[0], "
             "feeds_q8(o, np.zeros((1, 1024), np.float32)), [p for p in o.opt_in() if p.startswith('q8_min')])")
@@ -580,9 +584,7 @@ def test_a_draft_model_takes_int8_activations_at_every_k(value, helpers):
     """CudaOps.use_draft_policy (Engine.load(draft=True)): a draft's narrow layers plan the q8 path (the real pair's
     0.5b, K = 896; smollm2's 576), their norm leaves the codes; a target's keep Q8_MIN_K's rule. BW24_DRAFT_Q8=0:
     the draft keeps the target's rule, and perf rows say so."""
-    code = ("import numpy as np; from gguf.constants import GGMLQuantizationType as Q; "
-            "from bw24.engine.ops.cuda.launch import QmvConfigs; from bw24.engine.ops.cuda.q8 import feeds_q8; "
-            "from bw24.engine.ops.cuda.backend import CudaOps; from bw24.runtime import Tuning; "
+    code = (PLAN_PROBE +
             "o = CudaOps.__new__(CudaOps); o.qmv_configs = QmvConfigs(Tuning()); "
             "before = o.qmv_configs.plan(Q.Q4_K, 4864, 896)[0]; o.use_draft_policy(); "
             "print(before, o.qmv_configs.plan(Q.Q4_K, 4864, 896)[0], o.qmv_configs.plan(Q.Q4_1, 1536, 576)[0], "

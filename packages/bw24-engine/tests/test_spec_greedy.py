@@ -81,6 +81,40 @@ def test_spec_adaptive_k_grows_at_full_acceptance(models, reference):
     assert max(dec.stats.k_trace) > 1
 
 
+def test_spec_adaptive_k_grows_only_to_the_backends_cap(models, reference, monkeypatch):
+    """An adaptive K grows to the backend's spec_k_cap (cuda: 7, a verify's K + 1 rows in the 8-row matvec bucket)
+    and no further, at full acceptance; a fixed K past the cap is the caller's; the output stays plain decode's."""
+    from bw24.engine.spec.verify import AdaptiveK
+
+    ops = models["target"].model.ops
+    monkeypatch.setattr(type(ops), "spec_k_cap", 3, raising=False)
+    dec = SpecDecoder(models["target"].model, DraftModelDrafter(models["same"].model), k=1, adaptive=True)
+    assert list(dec.generate(models["ids"], N)) == reference
+    assert max(dec.stats.k_trace) == 3  # reached the cap, never past it
+    fixed = SpecDecoder(models["target"].model, DraftModelDrafter(models["same"].model), k=6)
+    assert fixed.k.k == 6 and fixed.k.grow_to == 6
+    k = AdaptiveK(5, 8, adaptive=True, grow_to=7)  # full acceptance: grows to 7, not 8
+    for _ in range(6):
+        k.update(k.k, k.k)
+    assert k.k == 7
+    assert AdaptiveK(8, 8, adaptive=True, grow_to=7).grow_to == 8  # never under the starting K
+
+
+def test_spec_k_max_env_is_checked_and_recorded():
+    """BW24_SPEC_K_MAX (CudaOps.spec_k_cap): unset the 8-row bucket's 7; 1..8 taken and recorded in perf rows;
+    anything else a clear error naming the variable."""
+    from bw24.engine.ops.cuda.backend import CudaOps, spec_k_cap_of
+
+    assert spec_k_cap_of(None) == CudaOps.spec_k_cap == 7 and spec_k_cap_of("8") == 8 and spec_k_cap_of("1") == 1
+    for bad in ("0", "9", "x", ""):
+        with pytest.raises(ValueError, match=f"BW24_SPEC_K_MAX='{bad}'"):
+            spec_k_cap_of(bad)
+    ops = CudaOps.__new__(CudaOps)
+    assert not any(o.startswith("spec_k_max") for o in CudaOps.opt_in(ops))
+    ops.spec_k_max_env = "8"
+    assert "spec_k_max_8" in CudaOps.opt_in(ops)
+
+
 def test_spec_frspec_trimmed_draft_stays_exact(models, reference, tmp_path):
     V = models["target"].config.n_vocab
     full = tmp_path / "all.json"

@@ -81,7 +81,9 @@ class SpecDecoder:
         a batched verify), True forces it (CPU tests), False keeps the host path."""
         self.model, self.drafter, self.device = model, drafter, device
         self._fast: FastVerifier | None = None
-        self.k = AdaptiveK(k, k_max, adaptive)
+        # adaptive K grows only as far as the backend's verify stays cheap (CudaOps.spec_k_cap: K + 1 rows in the
+        # 8-row matvec bucket, why there); a fixed K is the caller's
+        self.k = AdaptiveK(k, k_max, adaptive, grow_to=getattr(base_ops(model.ops), "spec_k_cap", None))
         self.verifier = Verifier(model, verify, want_hidden=drafter.needs_hidden)
         if self.k.k_max + 1 > model.max_batch:
             raise BadInputError(f"K up to {self.k.k_max} needs max_batch >= {self.k.k_max + 1}")

@@ -78,12 +78,14 @@ def greedy_accept(drafts: Sequence[int], targets: Sequence[int]) -> int:
 
 class AdaptiveK:
     """K for the next round from the recent acceptance: grow after a fully accepted round, shrink when
-    most of the draft was rejected. A fixed K when adaptive is off."""
+    most of the draft was rejected. A fixed K when adaptive is off. grow_to: the most K grows to (the backend's
+    spec_k_cap, why there; never under the starting K), k_max the most any K may be."""
 
-    def __init__(self, k: int, k_max: int = 8, adaptive: bool = False, window: int = 8):
+    def __init__(self, k: int, k_max: int = 8, adaptive: bool = False, window: int = 8, grow_to: int | None = None):
         if not 1 <= k <= k_max:
             raise BadInputError(f"K={k} (must be in 1..{k_max})")
         self.k, self.k_max, self.adaptive = k, k_max, adaptive
+        self.grow_to = k_max if grow_to is None else max(k, min(grow_to, k_max))
         self.recent: deque[float] = deque(maxlen=window)
 
     def update(self, accepted: int, drafted: int) -> None:
@@ -92,6 +94,6 @@ class AdaptiveK:
         self.recent.append(accepted / drafted)
         rate = float(np.mean(self.recent))
         if accepted == drafted and rate > 0.75:
-            self.k = min(self.k + 1, self.k_max)
+            self.k = min(self.k + 1, self.grow_to)
         elif rate < 0.4:
             self.k = max(self.k - 1, 1)

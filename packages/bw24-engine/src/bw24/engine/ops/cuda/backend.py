@@ -43,6 +43,16 @@ def kv_dtype_from_env() -> Any:
     return kv_dtype(os.environ.get("BW24_KV_DTYPE", "f16"), "BW24_KV_DTYPE")
 
 
+def spec_k_cap_of(env: str | None) -> int:
+    """BW24_SPEC_K_MAX's value (None: QMV_NT's 8-row bucket less the verify's bonus row), refused outside 1..8."""
+    if env is None:
+        return QMV_NT[-2] - 1
+    if not (env.isdigit() and 1 <= int(env) <= 8):
+        raise ValueError(f"BW24_SPEC_K_MAX={env!r}: give the most K an adaptive speculative run grows to, 1..8 "
+                         f"(unset: {QMV_NT[-2] - 1})")
+    return int(env)
+
+
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
@@ -225,6 +235,13 @@ class CudaOps(Ops):
     # bit for bit); other bits than the split rule's for 33..N keys. BW24_ATTN_SHORT=N (a multiple of 32 up
     # to 1024; 0 off), perf rows "attn_short_N". Opt-in until measured.
     attn_short_env = os.environ.get("BW24_ATTN_SHORT", "0")
+    # The most K an adaptive speculative run grows to (spec.runner, AdaptiveK's grow_to): K + 1 verify rows in the
+    # 8-row matvec bucket (QMV_NT), K <= 7. A 9-row verify takes the 16-row bucket, whose launches cost 2.0-4.6x a
+    # decode launch at the real pair's 1.5b's shapes against 1.7-3.0x for 8 rows (evidence/verify_sweep_h200_b6232b5
+    # .log: the gate/up 17,920 x 1,536 Q4_K 44.3 vs 29.0 us); at eae1eee the pair's adaptive runs drafted ~8 a round,
+    # a 9-row verify of ~2.9 target steps. BW24_SPEC_K_MAX=N (1..8) sets another (spec rows under its folder).
+    spec_k_max_env = os.environ.get("BW24_SPEC_K_MAX")
+    spec_k_cap = QMV_NT[-2] - 1  # the value __init__ set
     # A draft model's matvecs on int8 activations at every K (use_draft_policy; launch.DRAFT_Q8_MIN_K, why there):
     # BW24_DRAFT_Q8=0 turns it off (perf / spec rows "no_draft_q8").
     draft_q8 = os.environ.get("BW24_DRAFT_Q8", "1") != "0"
@@ -406,6 +423,7 @@ class CudaOps(Ops):
                                       ("no_pdl", not self.pdl_env),
                                       (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
                                       ("no_draft_q8", not self.draft_q8),
+                                      (f"spec_k_max_{self.spec_k_max_env}", self.spec_k_max_env is not None),
                                       ("prefill_auto", self.prefill_env == "auto"),
                                       ("prefill_split", self.prefill_env == "split"),
                                       (f"prefill_scratch_{self.prefill_scratch_env}m", self.prefill_scratch_env),
@@ -460,6 +478,7 @@ class CudaOps(Ops):
         if self.moe_mm_kg_env not in ("1", "2", "4"):
             raise ValueError(f"BW24_MOE_MM_KG={self.moe_mm_kg_env!r}: use 1, 2 or 4 (the default)")
         self.moe_mm_kg = int(self.moe_mm_kg_env)
+        self.spec_k_cap = spec_k_cap_of(self.spec_k_max_env)
         if self.attn_decode_env is not None:
             from .attn import ATTN_SPACE
 

@@ -235,6 +235,7 @@ class CudaOps(Ops):
     # bit for bit); other bits than the split rule's for 33..N keys. BW24_ATTN_SHORT=N (a multiple of 32 up
     # to 1024; 0 off), perf rows "attn_short_N". Opt-in until measured.
     attn_short_env = os.environ.get("BW24_ATTN_SHORT", "0")
+    attn_short = 0  # the value __init__ checked
     # The most K an adaptive speculative run grows to (spec.runner, AdaptiveK's grow_to): K + 1 verify rows in the
     # 8-row matvec bucket (QMV_NT), K <= 7. A 9-row verify takes the 16-row bucket, whose launches cost 2.0-4.6x a
     # decode launch at the real pair's 1.5b's shapes against 1.7-3.0x for 8 rows (evidence/verify_sweep_h200_b6232b5
@@ -245,7 +246,6 @@ class CudaOps(Ops):
     # A draft model's matvecs on int8 activations at every K (use_draft_policy; launch.DRAFT_Q8_MIN_K, why there):
     # BW24_DRAFT_Q8=0 turns it off (perf / spec rows "no_draft_q8").
     draft_q8 = os.environ.get("BW24_DRAFT_Q8", "1") != "0"
-    attn_short = 0  # the value __init__ checked
     # A kv head's 8 q heads (the 30B-A3B, the 32B) over two decode / verify attention blocks of 4
     # (ops/cuda/attn.py head_groups; the same bits). The default since the H200 run at e7b99ea (kernel-check's
     # split == one block cases green): the 30B-A3B's d0 decode 301.5 tok/s with it, 282.9 without, in one

@@ -3,7 +3,7 @@
 # (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
-# Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | kc | stages | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
+# Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | kc | stages | overlap T D | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
@@ -109,6 +109,9 @@ log=lambda s: None))" "$m")
     grep -E "^sweep|WRONG|rc=|Error" $R/mvsweep.log | head -30; cp $R/mvsweep/*.json $R/ 2>/dev/null ;;
   warm)  # the kernel disk cache filled on every core before the chain's first GPU stage (warm_kernels.py)
     (hdr; timeout 300 python3 $B/warm_kernels.py; echo "warm rc=$?") > $R/warm.log 2>&1; tail -2 $R/warm.log ;;
+  overlap)  # overlap TARGET DRAFT [DEPTH]: a draft's steps beside the target's verify, each model on its own stream
+    (hdr; timeout 300 python3 $B/gpu_overlap.py $R/overlap "$@"; echo "overlap rc=$?") > $R/overlap.log 2>&1
+    tail -9 $R/overlap.log ;;
   stages)  # what a dependent stage costs: a graph of kernels (plain, PDL) vs a persistent kernel's grid barrier
     (hdr; timeout 120 python3 $B/gpu_stage_latency.py $R/stages; echo "stages rc=$?") > $R/stages.log 2>&1
     tail -5 $R/stages.log ;;

@@ -55,6 +55,13 @@ def test_moe_grouped_cases_green_and_planted_bug_red():
     _green_then_red(37, "moe grouped", "planted_bug", "moe grouped", 6)
 
 
+def test_moe_router_cases_green_and_a_wrong_route_red():
+    """The fused router's cases (moe_router: the router matvec and route_token in one launch; the route rewritten
+    at c444085 to load every logit in one batch) are green; the planted route (the last pick replaced by the first)
+    turns the three reference cases red (the two decode==verify ones compare the planted kernel with itself)."""
+    _green_then_red(41, "moe router fused", "planted_route", "moe router fused", 3)
+
+
 def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():
     """The fp32-path verify launches (rows a block from launch.f32_verify_rows): decode==verify bitwise,
     green; a planted bug in verify launches only (T > 1 drops the last group) turns every one red."""

@@ -300,6 +300,19 @@ def test_planted_verify_and_split_variants_compile(tmp_path, monkeypatch):
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
+def test_planted_route_compiles_and_changes_the_router(tmp_path, monkeypatch):
+    """The route canary (BW24_PLANTED_ROUTE, test_cuda_gpu's red run) compiles, and its moe_router differs from the
+    production one (the define reaches route_token)."""
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("moe_router", "moe_route")
+    prod = compile_cubin(KERNEL_DIR / "moe.cu", "90a", {"BW24_PDL": 1}, name_expressions=names)
+    bad = compile_cubin(KERNEL_DIR / "moe.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_ROUTE": 1}, name_expressions=names)
+    assert set(bad.lowered) == set(names) and bad.cubin != prod.cubin
+
+
 def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, monkeypatch):
     """BW24_ATTN_DEC_MMA's builds compile: attn_split with the threshold (its rows past it return: another cubin
     than the plain one, so the define reaches the code) and attn_dec_mma's planted canary (BW24_PLANTED_DECMMA),

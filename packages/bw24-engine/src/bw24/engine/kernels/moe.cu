@@ -120,6 +120,11 @@ __device__ __forceinline__ void route_token(const float* l, int X, int k, int no
         }
         total += bv;
     }
+#ifdef BW24_PLANTED_ROUTE
+    // canary (tests/test_cuda_gpu.py): the last round's expert replaced by the first round's, its weight kept
+    const int first = __shfl_sync(FULL_MASK, mine_i, 0);
+    if (lane == k - 1 && k > 1) mine_i = first;
+#endif
     if (lane < k) {
         sel[lane] = mine_i;
         wts[lane] = (float)(norm ? mine / total : mine);

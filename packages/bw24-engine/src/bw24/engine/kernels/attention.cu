@@ -550,28 +550,9 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 #pragma unroll
         for (int e = 0; e < PV; ++e) sm_acc[w][g][lane * PV + e] = acc[g][e];
     __syncthreads();
-    for (int i = threadIdx.x; i < gc * DV; i += NW * 32) {
-        const int g = i / DV, d = i % DV;
-        float M = -INFINITY;
-#pragma unroll
-        for (int u = 0; u < NW; ++u) M = fmaxf(M, sm_m[u][g]);
-        float L = 0.f, A = 0.f;
-#pragma unroll
-        for (int u = 0; u < NW; ++u) {
-            const float f = sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
-            L += sm_l[u][g] * f;
-            A += sm_acc[u][g][d] * f;
-        }
-        const i64 row = ((i64)t * H + qh0 + g) * nsplit + s;
-        if (single) {
-            const i64 o = ((i64)t * H + qh0 + g) * DV + d;  // a whole warp: 32 dims of one head
-            out[o] = A / L;
-            if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
-        } else {
-            part_acc[row * DV + d] = A;
-            if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
-        }
-    }
+    for (int i = threadIdx.x; i < gc * DV; i += NW * 32)
+        merge_warps_store<NW, G, DV>(sm_m, sm_l, sm_acc, i / DV, i % DV, (i64)t * H + qh0 + i / DV, nsplit, s,
+                                     single, lane, out, xq, xs, part_ml, part_acc);
     if (single || tickets == nullptr) return;
     // Fused pass 2: the last live split of (t, head group) to finish combines its G heads (combine_head:
     // attn_combine's arithmetic); last_arrival re-arms the ticket for the next launch.

@@ -163,9 +163,8 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     l += __shfl_xor_sync(FULL_MASK, l, 1);
     l += __shfl_xor_sync(FULL_MASK, l, 2);
 
-    // merge the 4 warps (attn_split's merge, written again here rather than shared: attn_split's register
-    // allocation moved with the place a helper's code sat, 128 -> 168 registers at 5b56e32, see 0847701): their
-    // rows' O through the K tile's shared memory
+    // merge the 4 warps (attn_chunk.cuh merge_warps_store, attn_split's merge): their rows' O through the K tile's
+    // shared memory
     __syncthreads();  // every warp is done with the tiles
     float* so = reinterpret_cast<float*>(&ks[0][0]);  // [DM_WARPS][G][DV] floats: <= 16 KB, within ks
     static_assert(DM_WARPS * G * DV * 4 <= DM_KT * KP * 2, "the merge fits in the K tile");
@@ -178,26 +177,8 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32) {
-        const int gi = i / DV, d = i % DV;
-        float M = -INFINITY;
-#pragma unroll
-        for (int u = 0; u < DM_WARPS; ++u) M = fmaxf(M, sm_m[u][gi]);
-        float L = 0.f, A = 0.f;
-#pragma unroll
-        for (int u = 0; u < DM_WARPS; ++u) {
-            const float f = sm_m[u][gi] == -INFINITY ? 0.f : expf(sm_m[u][gi] - M);
-            L += sm_l[u][gi] * f;
-            A += so[(u * G + gi) * DV + d] * f;
-        }
-        if (single) {
-            const i64 o = ((i64)t * H + hk * G + gi) * DV + d;  // a whole warp: 32 dims of one head (DV % 32 == 0)
-            out[o] = A / L;
-            if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
-        } else {
-            const i64 row = ((i64)t * H + hk * G + gi) * nsplit + s;
-            part_acc[row * DV + d] = A;
-            if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
-        }
-    }
+    for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32)
+        merge_warps_store<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), i / DV, i % DV,
+                                           (i64)t * H + hk * G + i / DV, nsplit, s, single, lane, out, xq, xs,
+                                           part_ml, part_acc);
 }

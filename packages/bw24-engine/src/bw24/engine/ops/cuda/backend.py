@@ -242,7 +242,7 @@ class CudaOps(Ops):
     # .log: the gate/up 17,920 x 1,536 Q4_K 44.3 vs 29.0 us); at eae1eee the pair's adaptive runs drafted ~8 a round,
     # a 9-row verify of ~2.9 target steps. BW24_SPEC_K_MAX=N (1..8) sets another (spec rows under its folder).
     spec_k_max_env = os.environ.get("BW24_SPEC_K_MAX")
-    spec_k_cap = QMV_NT[-2] - 1  # the value __init__ set
+    spec_k_cap = spec_k_cap_of(None)  # the value __init__ set
     # A draft model's matvecs on int8 activations at every K (use_draft_policy; launch.DRAFT_Q8_MIN_K, why there):
     # BW24_DRAFT_Q8=0 turns it off (perf / spec rows "no_draft_q8").
     draft_q8 = os.environ.get("BW24_DRAFT_Q8", "1") != "0"

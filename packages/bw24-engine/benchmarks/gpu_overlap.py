@@ -103,10 +103,8 @@ def main() -> int:
 
     def plain_both() -> None:
         for _ in range(STEPS):
-            t.m.kv.reserve(1)
-            t.run()
-            d.m.kv.reserve(1)
-            d.run()
+            t.steps(1)
+            d.steps(1)
 
     r = {"depth": depth, "K": K, "reps": REPS,
          "verify_alone": median_us(verify, prep, syncs),

@@ -578,19 +578,21 @@ def test_a_planted_macro_goes_only_to_the_files_that_name_it():
 
 
 def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypatch, helpers):
-    """BW24_ATTN_DEC_MMA: 0 (off, the default), a positive multiple of 32 or `all`, else an error naming the
-    variable; perf rows say attn_dec_mma_N; the planted canary's macro reaches attention_dec_mma.cu alone, BW24_ATTN_SHORT both
-    files that split by its rule."""
+    """BW24_ATTN_DEC_MMA: unset (the model's policy decides), 0 (off), a positive multiple of 32 or `all`, else an
+    error naming the variable; perf rows say attn_dec_mma_N, or no_attn_dec_mma for 0; the planted canary's macro
+    reaches attention_dec_mma.cu alone, BW24_ATTN_SHORT both files that split by its rule."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.attn_dec_mma == 0 and CudaOps.attn_dec_mma_env == "0"
+    assert CudaOps.attn_dec_mma == 0 and CudaOps.attn_dec_mma_env is None
     for bad in ("16", "100", "-64", "x", "1000", "", "ALL"):
         monkeypatch.setattr(CudaOps, "attn_dec_mma_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_MMA='{bad}'"):
             CudaOps()
     monkeypatch.undo()
     ops = CudaOps.__new__(CudaOps)
-    assert not any(o.startswith("attn_dec_mma") for o in CudaOps.opt_in(ops))
+    assert not any("attn_dec_mma" in o for o in CudaOps.opt_in(ops))
+    ops.attn_dec_mma_env = "0"
+    assert [o for o in CudaOps.opt_in(ops) if "attn_dec_mma" in o] == ["no_attn_dec_mma"]
     ops.attn_dec_mma_env = "1024"
     assert "attn_dec_mma_1024" in CudaOps.opt_in(ops)
     ops.attn_dec_mma_env = "all"
@@ -607,6 +609,28 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     ops.variant, ops.attn_short = "", 128
     assert ("BW24_ATTN_SHORT", 128) in ops.kernel_defines("attention_dec_mma.cu")
     assert ("BW24_ATTN_SHORT", 128) in ops.kernel_defines("attention.cu")
+
+
+def test_dec_mma_default_follows_the_q_heads_a_kv_head_unless_the_variable_is_set():
+    """Unset BW24_ATTN_DEC_MMA: prepare_model's policy gives models of 8 q heads a kv head (the 32B, the 30B-A3B)
+    tensor-core rows past 1,024 live keys, and the others (the 0.6B's 2, the 8B's 4, the pair's 6 and 7) none; a set
+    variable wins for every model, 0 included."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    def policy(n_head, n_head_kv, env=None):
+        ops = CudaOps.__new__(CudaOps)
+        ops.attn_dec_mma_env, ops.attn_dec_mma = env, 0 if env in (None, "0") else 512
+        CudaOps._attention_policy(ops, SimpleNamespace(n_head=n_head, n_head_kv=n_head_kv))
+        return ops.attn_dec_mma
+
+    assert attn.DEC_MMA_KEYS == 1024 and attn.DEC_MMA_MIN_G == 8
+    assert policy(64, 8) == policy(32, 4) == 1024  # qwen3-32b, qwen3-30b-a3b
+    for h, hkv in ((16, 8), (32, 8), (12, 2), (14, 2), (9, 3), (8, 8)):  # 0.6B, 8B, 1.5b, 0.5b, smollm2, MHA
+        assert policy(h, hkv) == 0, (h, hkv)
+    assert policy(64, 8, "0") == 0 and policy(16, 8, "512") == 512  # the variable's value, whatever the model
 
 
 def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_without_rows():

@@ -220,6 +220,20 @@ def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
 
 DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 32 <= 128, compiled)
 DEC_MMA_ALL = -1  # CudaOps.attn_dec_mma for BW24_ATTN_DEC_MMA=all: every row on tensor cores, no attn_split launch
+# BW24_ATTN_DEC_MMA unset: models with DEC_MMA_MIN_G or more q heads a kv head run rows past DEC_MMA_KEYS live keys
+# on tensor cores (CudaOps._attention_policy), the others every row on attn_split. Why: measured on the H200 twice
+# against the defaults of the same session, the G = 8 models' d4096 tokens were faster with it: the 32B's 123.9 /
+# 119.1 tok/s (+4.0%, eae1eee) and 124.6 / 118.4 (+5.2%, e6bec2b), the 30B-A3B's 367.9 / 361.8 (+1.7%) and 369.1 /
+# 366.4 (+0.7%); and the 30B-A3B's gate past 1,024 keys MATCHed with it both times. With fewer q heads a kv head an
+# mma tile's rows stay mostly empty: the 8B's (4) d4096 ran 385.6 / 388.1 (-0.6%), the 0.6B's (2) 943.5 / 1,005.6
+# (-6.2%) at eae1eee. Shallow rows (<= 1,024 keys) keep attn_split either way: DEC_MMA=all lost 6-12% at d0.
+DEC_MMA_MIN_G = 8
+DEC_MMA_KEYS = 1024
+
+
+def dec_mma_default(n_head: int, n_head_kv: int) -> int:
+    """CudaOps.attn_dec_mma for a model when BW24_ATTN_DEC_MMA is unset (the comment above: why)."""
+    return DEC_MMA_KEYS if n_head_kv > 0 and n_head // n_head_kv >= DEC_MMA_MIN_G else 0
 
 
 def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int | None:
@@ -312,6 +326,6 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
 
 
 __all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "FEW_KV_HEADS", "MANY_Q_HEADS", "DEPTH_DEFAULT",
-           "DEC_MMA_ALL", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
+           "DEC_MMA_ALL", "DEC_MMA_KEYS", "DEC_MMA_MIN_G", "dec_mma_default", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
            "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
            "split_units"]

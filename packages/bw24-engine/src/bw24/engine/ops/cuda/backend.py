@@ -86,6 +86,12 @@ class CudaOps(Ops):
         if cfg.is_moe and not (self.moe_q8_attn or self.moe_q8):
             self.use_int8_activations(False)
 
+    def _attention_policy(self, cfg) -> None:
+        """The decode attention's tensor-core rows by the model's q heads a kv head when BW24_ATTN_DEC_MMA is unset
+        (attn.dec_mma_default: 1,024 live keys for 8, off below; the H200 figures at attn.DEC_MMA_MIN_G)."""
+        if self.attn_dec_mma_env is None:
+            self.attn_dec_mma = _attn.dec_mma_default(cfg.n_head, cfg.n_head_kv)
+
     @contextmanager
     def exact_activations(self):
         """Every matvec on the fp32-activation path, no int8 rounding of x in prefill and split (fp32-like)
@@ -284,10 +290,13 @@ class CudaOps(Ops):
     attn_class = None  # "shallow" / "deep" while a depth class's step runs or is captured (_attn_class)
     # Decode / verify rows with more than N live keys take pass 1 on tensor cores (kernels/attention_dec_mma.cu,
     # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a positive multiple of
-    # 32, or `all` (every row; no attn_split launch); 0, the default: off; perf rows "attn_dec_mma_N". float16
-    # products (kernel_check's gemm16 class), so other bits than attn_split's for those rows. Opt-in until measured.
-    attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA", "0")
-    attn_dec_mma = 0  # the value __init__ checked
+    # 32, or `all` (every row; no attn_split launch); 0: off; perf rows "attn_dec_mma_N" / "no_attn_dec_mma".
+    # Unset (the default): 1,024 for models of 8 q heads a kv head, off for the others (prepare_model's
+    # _attention_policy; attn.DEC_MMA_MIN_G: the H200 figures). float16 products (kernel_check's gemm16 class),
+    # so other bits than attn_split's for those rows; a row's path depends on its live keys alone, so verify rows
+    # still equal decode rows.
+    attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA")
+    attn_dec_mma = 0  # the value __init__ checked (until a model's policy sets its default)
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -411,7 +420,8 @@ class CudaOps(Ops):
                                       (self.attn_depth.label if self.attn_depth else "", self.attn_depth is not None
                                        and self.attn_depth != _attn.AttnDepth.parse(_attn.DEPTH_DEFAULT)),
                                       ("no_attn_depth", self.attn_depth_env == "0"),
-                                      (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env != "0"),
+                                      (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env not in (None, "0")),
+                                      ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -468,10 +478,11 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
-        e = self.attn_dec_mma_env
+        e = "0" if self.attn_dec_mma_env is None else self.attn_dec_mma_env  # (unset: the model's policy decides)
         if not (e == "all" or (e.isdigit() and int(e) % 32 == 0)):
-            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off, the default), a positive multiple of 32 (live keys "
-                             "past which a row's attention runs on tensor cores) or all")
+            raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off), a positive multiple of 32 (live keys past which a "
+                             f"row's attention runs on tensor cores) or all; unset: {_attn.DEC_MMA_KEYS} for models of "
+                             f"{_attn.DEC_MMA_MIN_G} q heads a kv head, off for the others")
         self.attn_dec_mma = _attn.DEC_MMA_ALL if e == "all" else int(e)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
@@ -995,6 +1006,7 @@ class CudaOps(Ops):
         from . import memory
 
         self._activation_policy(cfg)
+        self._attention_policy(cfg)
         self._mem_baseline = memory.used_bytes()
         self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),

@@ -58,7 +58,9 @@ def test_moe_grouped_cases_green_and_planted_bug_red():
 def test_moe_router_cases_green_and_a_wrong_route_red():
     """The fused router's cases (moe_router: the router matvec and route_token in one launch; the route rewritten
     at c444085 to load every logit in one batch) are green; the planted route (the last pick replaced by the first)
-    turns the three reference cases red (the two decode==verify ones compare the planted kernel with itself)."""
+    turns the three reference cases red (the two decode==verify ones compare the planted kernel with itself). Red at
+    a real router's logit size only (kernel_cases.ROUTER_REAL; at e6bec2b, before it, they stayed green:
+    tests/test_moe_router_cases.py)."""
     _green_then_red(41, "moe router fused", "planted_route", "moe router fused", 3)
 
 

@@ -100,6 +100,13 @@ def test_attention_min_blocks_cases_green_and_a_dropped_key_red():
     _green_then_red(59, "attn min blocks", "planted_minblocks", "attn min blocks == plain", 7)
 
 
+def test_frspec_expand_cases_green_and_a_shifted_id_red():
+    """FR-Spec's expand (spec.cu frspec_expand: a trimmed draft head's logits spread over the vocabulary, -inf at
+    the dropped ids) matches the CPU's exactly; the planted variant, each kept logit one id later, turns all three
+    cases red."""
+    _green_then_red(67, "frspec expand", "planted_expand", "frspec expand", 3)
+
+
 def test_attention_dec_mma_cases_green_and_a_dropped_key_red():
     """BW24_ATTN_DEC_MMA's cases (pass 1 on tensor cores past 1,024 live keys, against the reference in the gemm16
     class, its one-split rows writing the output and their int8 rows, and rows == decode bitwise) are green; the

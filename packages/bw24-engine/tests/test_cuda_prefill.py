@@ -313,6 +313,18 @@ def test_planted_route_compiles_and_changes_the_router(tmp_path, monkeypatch):
     assert set(bad.lowered) == set(names) and bad.cubin != prod.cubin
 
 
+def test_planted_expand_compiles_and_changes_the_expand(tmp_path, monkeypatch):
+    """FR-Spec's expand canary (BW24_PLANTED_EXPAND, test_cuda_gpu's red run) compiles into another cubin than the
+    production spec.cu (the define reaches frspec_expand)."""
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    prod = compile_cubin(KERNEL_DIR / "spec.cu", "90a", {"BW24_PDL": 1})
+    bad = compile_cubin(KERNEL_DIR / "spec.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_EXPAND": 1})
+    assert bad.cubin[:4] == b"\x7fELF" and bad.cubin != prod.cubin
+
+
 def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, monkeypatch):
     """BW24_ATTN_DEC_MMA's builds compile: attn_split with the threshold (its rows past it return: another cubin
     than the plain one, so the define reaches the code) and attn_dec_mma's planted canary (BW24_PLANTED_DECMMA),

@@ -128,6 +128,40 @@ def test_spec_frspec_trimmed_draft_stays_exact(models, reference, tmp_path):
     assert out == reference and st.accepted == 0
 
 
+def test_spec_frspec_trimmed_draft_on_the_device_path(models, reference, tmp_path):
+    """The fast path (propose_into: the draft's decode step samples its own logits buffer, as on the GPU) with a
+    trimmed head drafts what the host path does: TrimmedHeadOps spreads the kept rows over the full row. Before
+    that, the device path drafted from a buffer no step wrote: acceptance 0 of 82 drafts against 18 of 18."""
+    V = models["target"].config.n_vocab
+    full = tmp_path / "all.json"
+    full.write_text(json.dumps({"n_vocab": V, "ids": list(range(V))[::-1]}))  # every id, kept in another order
+    runs = []
+    for dev in (False, True):
+        d = DraftModelDrafter(models["same"].model, frspec_ids=load_ranks(full, V), gguf=models["same"].gguf)
+        out, st = _run(models, d, 4, device=dev)
+        runs.append((out, st.drafted, st.accepted))
+    assert runs[0] == runs[1] and runs[0][0] == reference and runs[0][1] == runs[0][2] > 0
+    keep = np.setdiff1d(np.arange(V), reference)  # the target's tokens dropped: every draft rejected, either path
+    d = DraftModelDrafter(models["same"].model, frspec_ids=keep, gguf=models["same"].gguf)
+    out, st = _run(models, d, 4, device=True)
+    assert out == reference and st.drafted > 0 and st.accepted == 0
+
+
+def test_frspec_expand_cols_reference():
+    """DeviceIO.expand_cols on the CPU (kernel_check's reference for spec.cu frspec_expand): kept ids get their
+    trimmed logit, the rest -inf."""
+    from bw24.engine.ops.ref import RefOps
+    from bw24.engine.spec.device import DeviceIO
+    from bw24.engine.spec.frspec import inverse_ids
+
+    ids = np.array([5, 0, 3], np.int64)
+    sub = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    out = np.zeros((2, 7), np.float32)
+    DeviceIO(RefOps()).expand_cols(sub, inverse_ids(ids, 7), out)
+    ninf = -np.inf
+    assert np.array_equal(out, [[2.0, ninf, ninf, 3.0, ninf, 1.0, ninf], [5.0, ninf, ninf, 6.0, ninf, 4.0, ninf]])
+
+
 def test_spec_rowwise_verify_rows_equal_decode_bitwise(models):
     """The verify forward's rows are bit-identical to decode steps (not merely close)."""
     eng = models["target"]
@@ -249,3 +283,21 @@ def test_plain_decode_keeps_one_step_per_params_and_ops(models, reference):
     finally:
         m.ops = saved
     assert c == reference and len(m._plain_steps) == 2
+
+
+def test_frspec_expand_launch_plan(helpers):
+    """spec.cu frspec_expand's launch (ops/cuda/spec.py): one 256-thread block a 256 ids of a row, a row a grid
+    line, as many arguments as the kernel declares (a miscount is garbage on the device, not an error)."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.spec import EXPAND_THREADS, frspec_expand
+
+    launches = []
+    ops = SimpleNamespace(_k=lambda f, n: (f, n), _launch=lambda fn, grid, block, args: launches.append(
+        (fn, grid, block, args)))
+    sub, inv, out = np.zeros((3, 77), np.float32), np.zeros(1000, np.int32), np.zeros((3, 1000), np.float32)
+    frspec_expand(ops, sub, inv, out)
+    (fn, grid, block, args), = launches
+    assert fn == ("spec.cu", "frspec_expand") and grid == (4, 3) and block == EXPAND_THREADS == 256
+    assert len(args) == len(helpers.kernel_params("spec.cu", "frspec_expand")) == 5
+    assert args[2] == 77 and args[3] == 1000

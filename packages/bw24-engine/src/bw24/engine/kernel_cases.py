@@ -410,6 +410,25 @@ def advance_case() -> Case:
     return run
 
 
+def frspec_expand_case(T: int, V: int, N: int) -> Case:
+    """A trimmed draft head's logits [T, N] spread over the vocabulary (spec.cu frspec_expand) against the
+    CPU's (spec/device.py DeviceIO.expand_cols): N random kept ids, -inf at the others; exact."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda.spec import frspec_expand
+        from .spec.device import DeviceIO
+        from .spec.frspec import inverse_ids
+
+        ids = rng.permutation(V)[:N]
+        inv = inverse_ids(ids, V)
+        sub = rng.standard_normal((T, N)).astype(np.float32)
+        want = np.empty((T, V), np.float32)
+        DeviceIO(ref).expand_cols(sub, inv, want)
+        out = cu.zeros((T, V))
+        frspec_expand(cu, _dev(cu, sub), _dev(cu, inv), out)
+        return compare(name, "exact", cu.to_host(out), want)
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for qt in SUPPORTED:
         for T, bias, res in ((1, False, False), (1, True, True), (3, False, True), (9, True, False),
@@ -501,6 +520,10 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"moe router fused{' q8' if q8 else ''} decode==verify bitwise Q4_K/Q6_K T=9 X=16 k=8 E=2048 F=768", \
             opted(moe_verify_case(Q.Q4_K, Q.Q6_K, 9, 16, 8, 2048, 768, q8=q8), "moe_router_fuse", True)
     yield "advance pos += 3", advance_case()
+    # FR-Spec's trimmed draft head spread back over the vocabulary: qwen2.5's 151,936 ids, 32,768 kept; a
+    # verify's 8 rows; a V that is no multiple of the block
+    for T, V, N in ((1, 151936, 32768), (8, 151936, 32768), (3, 1000, 77)):
+        yield f"frspec expand T={T} V={V} N={N}", frspec_expand_case(T, V, N)
     from .kernel_cases_prefill import cases as prefill_cases  # T > 16: fp16 GEMM, flash attention
 
     yield from prefill_cases()

@@ -55,3 +55,23 @@ verify_argmax(const float* __restrict__ logits, int T, int V, const int* __restr
         }
     }
 }
+
+// FR-Spec (spec/frspec.py TrimmedHeadOps): a trimmed draft head's logits sub [T, N] (rows of the kept ids)
+// spread back to the full vocabulary: out[t, v] = sub[t, inv[v]] where inv[v] >= 0 (v is kept id number
+// inv[v]), else -inf. The draft's own argmax (sample.cu, inside its captured decode step) then picks among the
+// kept ids, lowest id among equal maxima, as the host path (frspec's full row with -inf outside the ids) does.
+// Why a full rewrite each step instead of a scatter into a row filled once: no state to keep across graphs
+// and buffers, and 8 V bytes a row (1.2 MB at V = 151,936) next to the ~4.6 V * E / 32 bytes of the head it
+// saves. grid (ceil(V / 256), T), 256 threads, one v each: inv and out coalesced, sub gathered (from L2).
+extern "C" __global__ void __launch_bounds__(256)
+frspec_expand(const float* __restrict__ sub, const int* __restrict__ inv, int N, int V, float* __restrict__ out) {
+    PDL_OPEN();
+    const int v = blockIdx.x * 256 + threadIdx.x, t = blockIdx.y;
+    if (v >= V) return;
+#ifdef BW24_PLANTED_EXPAND  // kernel_check canary: each kept logit lands one id later
+    const int j = v > 0 ? inv[v - 1] : -1;
+#else
+    const int j = inv[v];
+#endif
+    out[(size_t)t * V + v] = j >= 0 ? sub[(size_t)t * N + j] : -INFINITY;
+}

@@ -43,6 +43,20 @@ class DeviceIO:
         out[:T] = np.argmax(np.asarray(logits), axis=1)
         out[T:] = ids
 
+    def expand_cols(self, sub, inv, out) -> None:
+        """out [T, V] = sub [T, N] at the kept ids (inv [V]: an id's index among them, -1 if dropped), -inf
+        elsewhere: a trimmed draft head's logits as a full row (spec/frspec.py TrimmedHeadOps)."""
+        if self.cuda:
+            from ..ops.cuda.spec import frspec_expand
+
+            frspec_expand(self.ops, sub, inv, out)
+            return
+        inv = np.asarray(inv)
+        row = np.full((sub.shape[0], inv.size), -np.inf, np.float32)
+        kept = inv >= 0
+        row[:, kept] = np.asarray(sub)[:, inv[kept]]
+        out[...] = row
+
     def write(self, dst, values) -> None:
         """dst (int32 [n] backend array) = values (host ints), queued in order on the backend."""
         if self.cuda:

@@ -53,25 +53,18 @@ class DraftModelDrafter:
         self._dev = None  # (DeviceIO, GraphsByT of the draft's decode step) for propose_into
         self._fed = 0  # drafts of the last propose_into fed to the draft (known on the host later)
         self.steps = 0  # T = 1 draft forwards so far (benchmarks: draft cost per round)
+        if isinstance(model.ops, TrimmedHeadOps):  # an earlier drafter's trim of this model: this one sets its own
+            model.ops = model.ops.base
         if frspec_ids is not None:  # FR-Spec: the head reads only the kept rows
             name = "token_embd.weight" if model.cfg.tie_embeddings else "output.weight"
             head = model.ops.load_weight(trimmed_rows(gguf.tensor(name), frspec_ids))
             self.ids = frspec_ids
-            model.ops = TrimmedHeadOps(model.ops, head, frspec_ids, model.max_batch)
+            model.ops = TrimmedHeadOps(model.ops, head, frspec_ids, model.max_batch, model.cfg.n_vocab)
             self.name = f"draft+frspec{frspec_ids.size}"
 
-    @property
-    def on_device(self) -> bool:
-        """propose_into is exact only with the full head (a trimmed head's argmax runs on the host)."""
-        return self.ids is None
-
     def _row(self, out: np.ndarray) -> np.ndarray:
-        """Host logits [V] of the last fed token (trimmed heads: -inf outside the kept ids)."""
-        if self.ids is None:
-            return out[-1]
-        row = np.full(self.model.cfg.n_vocab, -np.inf, np.float32)
-        row[self.ids] = self.model.ops.to_host(self.model.ops.sub[-1])
-        return row
+        """Host logits [V] of the last fed token (trimmed heads: -inf outside the kept ids, TrimmedHeadOps)."""
+        return out[-1]
 
     def begin(self, prompt, hidden=None) -> None:
         self.model.kv.reset()

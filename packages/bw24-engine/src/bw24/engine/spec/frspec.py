@@ -43,14 +43,30 @@ def trimmed_rows(ti, ids: np.ndarray):
                    nbytes=int(raw.nbytes))
 
 
-class TrimmedHeadOps:
-    """Ops wrapper for a drafter model: logits() computes only the kept rows into `self.sub` [T, N]
-    (the full-width out buffer is left untouched); the drafter reads sub and maps back through ids."""
+def inverse_ids(ids: np.ndarray, n_vocab: int) -> np.ndarray:
+    """int32 [n_vocab]: inv[ids[j]] = j, -1 for the ids not kept."""
+    inv = np.full(n_vocab, -1, np.int32)
+    inv[np.asarray(ids, np.int64)] = np.arange(ids.size, dtype=np.int32)
+    return inv
 
-    def __init__(self, base, head_weight, ids: np.ndarray, max_batch: int):
+
+class TrimmedHeadOps:
+    """Ops wrapper for a drafter model: logits() computes only the kept rows into `self.sub` [T, N], then
+    spreads them over the full-width out buffer, -inf at the ids not kept (DeviceIO.expand_cols: spec.cu
+    frspec_expand on the GPU). Why the full row: the draft's device fast path (DraftModelDrafter.propose_into)
+    samples from out inside its captured decode step; until the expand, out was left untouched there, so on
+    the GPU a trimmed drafter drafted from stale logits (exact output, acceptance ~0; tests/test_spec_greedy.py
+    test_spec_frspec_trimmed_draft_on_the_device_path)."""
+
+    def __init__(self, base, head_weight, ids: np.ndarray, max_batch: int, n_vocab: int):
+        from .device import DeviceIO
+
         self.base, self.head, self.ids = base, head_weight, ids
         self.sub_all = base.zeros((max_batch, int(ids.size)))
         self.sub = self.sub_all[:1]
+        self.inv = base.zeros((n_vocab,), np.int32)
+        base.copy_from_host(self.inv, inverse_ids(ids, n_vocab))
+        self.io = DeviceIO(base)
 
     def __getattr__(self, name):
         return getattr(self.base, name)
@@ -58,3 +74,4 @@ class TrimmedHeadOps:
     def logits(self, x, w, softcap, *, out):
         self.sub = self.sub_all[: x.shape[0]]
         self.base.logits(x, self.head, softcap, out=self.sub)
+        self.io.expand_cols(self.sub, self.inv, out)

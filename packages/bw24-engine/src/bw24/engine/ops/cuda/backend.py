@@ -542,7 +542,8 @@ class CudaOps(Ops):
                    "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),),
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
-                   "planted_route": (("BW24_PLANTED_ROUTE", 1),)}.get(self.variant, ())
+                   "planted_route": (("BW24_PLANTED_ROUTE", 1),),
+                   "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
         defines = tuple(d for d in planted if names_macro(file, d[0]))
         if self.pdl:
             defines += (("BW24_PDL", 1),)

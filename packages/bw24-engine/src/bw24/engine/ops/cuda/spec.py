@@ -22,6 +22,20 @@ def verify_argmax(ops, logits, ids, out) -> None:
     ops._launch(ops._k("spec.cu", "verify_argmax"), (T,), VERIFY_THREADS, (logits, np.int32(T), np.int32(V), ids, out))
 
 
+EXPAND_THREADS = 256  # spec.cu frspec_expand's block
+
+
+def frspec_expand(ops, sub, inv, out) -> None:
+    """out [T, V] = sub [T, N] spread to the kept ids (inv [V] int32: v's index among them, -1 if dropped),
+    -inf elsewhere (kernels/spec.cu frspec_expand)."""
+    T, N = sub.shape
+    V = inv.size
+    assert sub.dtype == out.dtype == np.float32 and sub.flags.c_contiguous and out.flags.c_contiguous
+    assert inv.dtype == np.int32 and out.shape == (T, V), "frspec_expand: sub [T, N], inv int32 [V], out [T, V]"
+    ops._launch(ops._k("spec.cu", "frspec_expand"), ((V + EXPAND_THREADS - 1) // EXPAND_THREADS, T), EXPAND_THREADS,
+                (sub, inv, np.int32(N), np.int32(V), out))
+
+
 class PinnedStage:
     """Host -> device int32 writes from a pinned ring at fixed addresses (one cudaMemcpyAsync each, no
     pageable staging). A slot is reused only after the ring wrapped AND the stream was synchronized,

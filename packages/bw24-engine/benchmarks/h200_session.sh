@@ -3,7 +3,7 @@
 # (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
-# Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | kc | stages | overlap T D | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
+# Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | kc | stages | overlap T D | ranks M OUT [N] | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
@@ -93,9 +93,12 @@ log=lambda s: None))" "$m")
     tail -n 25 $L | grep -v "^$" | cut -c1-200 | tail -20 ;;
   spec)
     extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
-    t=$(echo "$1" | tr ',' '_')
+    t=$(echo "$1" | tr ',' '_'); [[ " ${*:2} " == *" --frspec "* ]] && t=${t}_frspec  # (its own log and rows)
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
+  ranks)  # ranks MODEL OUT [N]: bw24 frspec-ranks (FR-Spec: the model's own generations' most frequent N ids)
+    (hdr; timeout 300 python3 -m bw24.engine.cli frspec-ranks "$1" "$2" --n "${3:-32768}" --backend cuda \
+      --no-progress; echo "ranks rc=$?") > $R/ranks.log 2>&1; tail -3 $R/ranks.log ;;
   with)  # with VAR=VALUE STAGE ARGS: that stage with the variable set (an opt-in path); logs under $R/VAR_VALUE
     # (nested: `with A=1 with B=1 perf ...` logs under /tmp/r/A_1/B_1; perf rows still go to /tmp/r/perf.jsonl)
     export "$1" BW24_R=$R/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;

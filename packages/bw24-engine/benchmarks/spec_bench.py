@@ -295,7 +295,14 @@ def cell_pair(args, rows, summary) -> None:
     eng = Engine.load(tpath, backend=args.backend, progress=False)
     dr = Engine.load(dpath, backend=args.backend, n_ctx=eng.n_ctx, progress=False, draft=True)
     check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
-    dec = SpecDecoder(eng.model, DraftModelDrafter(dr.model), k=5, adaptive=True, verify=args.verify)
+    ids, tag = None, ""
+    if args.frspec:  # FR-Spec: the draft's head trimmed to the ranks file's first ids (its own generations')
+        from bw24.engine.spec.frspec import load_ranks
+
+        ids = load_ranks(args.frspec, dr.config.n_vocab, args.frspec_n)
+        tag = f"-frspec{ids.size}"
+    dec = SpecDecoder(eng.model, DraftModelDrafter(dr.model, frspec_ids=ids, gguf=dr.gguf), k=5, adaptive=True,
+                      verify=args.verify)
     ratios, after = [], []
     for i, prompt in enumerate(PAIR_PROMPTS):
         msgs = [{"role": "user", "content": prompt}]
@@ -308,7 +315,7 @@ def cell_pair(args, rows, summary) -> None:
         steps0 = dec.drafter.steps
         p, s, oth, st, ok = measure(eng, dec, ids, args.n, args.reps, other)
         ratios.append(s / p)
-        report(rows, summary, f"spec-pair-{dpath.stem}-{tpath.stem}-p{i}", eng, p, s, st, ok,
+        report(rows, summary, f"spec-pair-{dpath.stem}-{tpath.stem}{tag}-p{i}", eng, p, s, st, ok,
                " [target >= 1.6x]", dec=dec, **llama_arm(oth, s), **pair_costs(dec, dr, ids, args.n, steps0, after))
         summary.extend(after)
         after.clear()
@@ -322,6 +329,8 @@ def main() -> int:
     ap.add_argument("--cells", default="exact,ngram,self,mtp,pair")
     ap.add_argument("--smollm", default="smollm2-135m", help="smollm2-135m GGUF (path or alias)")
     ap.add_argument("--pair", nargs=2, metavar=("DRAFT", "TARGET"), help="qwen2.5-coder-0.5b and -1.5b GGUF paths")
+    ap.add_argument("--frspec", metavar="RANKS.json", help="pair cell: the draft's head trimmed to these ids (FR-Spec)")
+    ap.add_argument("--frspec-n", type=int, default=None, help="the first N ids of --frspec")
     ap.add_argument("--synth-dir", default="/tmp/bw24-spec-synth", help="cache of the synthetic qwen3-8b")
     ap.add_argument("--verify", default="batched", choices=("auto", "rowwise", "batched"),
                     help="batched (default) measures the fast path; self-consistency judges its exactness")

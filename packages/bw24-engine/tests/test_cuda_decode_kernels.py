@@ -633,6 +633,40 @@ def test_dec_mma_default_follows_the_q_heads_a_kv_head_unless_the_variable_is_se
     assert policy(64, 8, "0") == 0 and policy(16, 8, "512") == 512  # the variable's value, whatever the model
 
 
+def test_decode_kernel_count_runs_in_the_depth_class_of_the_graph(monkeypatch):
+    """perf rows' kernels per token: the eager step is counted inside the depth class its graph runs in
+    (CudaOps.attn_class_of, capture's rule: deep past attn_depth.keys cache keys), where attn.dec_mma_launches
+    skips the kernel with no row. Outside a class a G = 8 model's step counted attn_split and attn_dec_mma both
+    (the 32B's d4096 709 kernels a token against 645 at e6bec2b's BW24_ATTN_DEC_MMA=1024 row)."""
+    from types import SimpleNamespace
+
+    import bw24.engine.perf.runner as runner
+    from bw24.engine.ops.cuda.attn import AttnDepth
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ops = CudaOps.__new__(CudaOps)
+    ops.attn_block_heads, ops.attn_min_blocks, ops.attn_class, ops.attn_depth = 4, 1, None, AttnDepth(1024, 2, 4)
+    for keys, want in ((1025, "deep"), (1024, "shallow"), (1, "shallow")):
+        with ops.attn_class_of(keys):
+            assert ops.attn_class == want
+        assert ops.attn_class is None
+    ops.attn_depth = None
+    with ops.attn_class_of(5000):
+        assert ops.attn_class is None  # no classes: one geometry
+
+    ops.attn_depth, seen = AttnDepth(1024, 2, 4), []
+    kv = SimpleNamespace(n_past=0)
+    kv.reset = lambda n: setattr(kv, "n_past", n)
+    kv.reserve = lambda n: setattr(kv, "n_past", kv.n_past + n)
+    monkeypatch.setattr(runner, "count_launches", lambda o, fn: seen.append(o.attn_class) or 7)
+    for base, want in ((4096, "deep"), (1, "shallow")):
+        me = SimpleNamespace(model=SimpleNamespace(kv=kv), base=base, ops=ops, _step=None)
+        for cls in vars(runner).values():
+            if isinstance(cls, type) and "_count_decode_kernels" in vars(cls):
+                assert cls._count_decode_kernels(me) == 7
+        assert seen[-1] == want
+
+
 def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_without_rows():
     """attn.dec_mma_from: the threshold only for a float16 cache, D = Dv in (64, 128), G <= 8, no rope inside and
     a separate pass 2; dec_mma_launches: both kernels outside a depth class, the mma one

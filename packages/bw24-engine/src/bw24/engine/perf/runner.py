@@ -131,9 +131,15 @@ class CellBench:
         return self.cell.tokens / (time.perf_counter() - t)
 
     def _count_decode_kernels(self) -> int | None:
+        """Launches of one decode step, counted eagerly in the depth class its graph runs in (CudaOps.attn_class_of):
+        outside one, a G = 8 model's attention counted both of its kernels where the graph launches one."""
+        from contextlib import nullcontext
+
         self.model.kv.reset(self.base)
         self.model.kv.reserve(1)
-        return count_launches(self.ops, self._step)
+        cls = getattr(self.ops, "attn_class_of", None)
+        with cls(self.model.kv.n_past) if cls else nullcontext():
+            return count_launches(self.ops, self._step)
 
     # ---- prefill --------------------------------------------------------------------------------
     def _prefill_rep(self) -> float:

@@ -53,6 +53,11 @@ def spec_k_cap_of(env: str | None) -> int:
     return int(env)
 
 
+def _deep(depth, keys) -> bool:
+    """A step over `keys` cache keys is in the deep class of BW24_ATTN_DEPTH's `depth` (None: no classes)."""
+    return depth is not None and keys > depth.keys
+
+
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
@@ -652,7 +657,7 @@ class CudaOps(Ops):
             return states.setdefault(deep, {"n": 0, "g": None, "gen": None, "eager": not self.use_graphs})
 
         def run():
-            deep = depth is not None and keys() > depth.keys
+            deep = depth is not None and _deep(depth, keys())  # (no keys: no classes)
             state = state_of(deep)
             n = state["n"]
             state["n"] += 1
@@ -676,6 +681,12 @@ class CudaOps(Ops):
         run.graph_state = state_of(False)  # the one state without depth classes (PrefillGraph reads its graph)
         run.graph_states = states
         return run
+
+    def attn_class_of(self, keys: int):
+        """The depth class a captured step over `keys` cache keys runs in (capture's rule), as a context: what a
+        launch count of an eager step must be taken inside to count the kernels the step's graph replays
+        (perf/runner.py; outside a class, BW24_ATTN_DEC_MMA's G = 8 default launches both attention kernels)."""
+        return self._attn_class(self.attn_depth, _deep(self.attn_depth, keys))
 
     @contextmanager
     def _attn_class(self, depth, deep: bool):

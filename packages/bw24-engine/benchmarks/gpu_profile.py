@@ -150,7 +150,10 @@ def profile_model(spec: str, out: Path, summary: list[str]) -> None:
     m.feed(prompt)
     params = SamplingParams()
     ops.sample(m.buf.logits[0], params, m.kv.pos, out=m.buf.view(1).ids)
-    run = ops.capture(decode_step(m, params))
+    # keys: the depth classes (BW24_ATTN_DEPTH) as plain decode and the perf cells run them. Without them (the
+    # profiles until e6bec2b) it timed one attention geometry at every depth, and with the tensor-core rows
+    # (BW24_ATTN_DEC_MMA) both attention kernels a layer, where a deep step's graph launches one
+    run = ops.capture(decode_step(m, params), keys=lambda: m.kv.n_past)
     for _ in range(4):
         m.kv.reserve(1)
         run()

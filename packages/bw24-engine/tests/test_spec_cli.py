@@ -108,6 +108,13 @@ def test_spec_cli_frspec_ranks(model, tmp_path, capsys):
     bad.write_text(json.dumps({"n_vocab": 99, "ids": [1]}))
     assert main(["run-spec", model, "--draft", model, "--frspec", str(bad), *ARGS]) == 2
     assert "vocabulary of 99 tokens" in capsys.readouterr().err
+    # the MTP head drafts over the target's vocabulary: the same ranks file trims it, a wrong one is refused
+    rc = main(["run-spec", model, "--mtp", "--frspec", str(out), "--k", "2", *ARGS])
+    assert rc == 0 and "=== SELF-CONSISTENCY PASS ===" in capsys.readouterr().out
+    assert main(["run-spec", model, "--mtp", "--frspec", str(bad), *ARGS]) == 2
+    assert "vocabulary of 99 tokens" in capsys.readouterr().err
+    assert main(["run-spec", model, "--ngram", "--frspec", str(out), *ARGS]) == 2
+    assert "--frspec needs a drafter with an output head" in capsys.readouterr().err
 
 
 def test_spec_stream_events_equal_engine_generate(model):

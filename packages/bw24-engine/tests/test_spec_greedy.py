@@ -147,6 +147,27 @@ def test_spec_frspec_trimmed_draft_on_the_device_path(models, reference, tmp_pat
     assert out == reference and st.drafted > 0 and st.accepted == 0
 
 
+def test_spec_mtp_frspec_trimmed_head_drafts_as_the_full_one(models, reference, tmp_path):
+    """An MTP head trimmed by FR-Spec (every id kept, in another order) drafts exactly what the full head does, on
+    the host path and on the device path; with the target's tokens dropped every draft is rejected and the output
+    stays the target's. The target's own head is never trimmed (its plain decode is the reference)."""
+    V = models["target"].config.n_vocab
+    t = models["target"]
+    runs = []
+    for dev in (False, True):
+        for ids in (None, np.arange(V)[::-1].copy()):
+            out, st = _run(models, MTPDrafter(t.model, t.gguf, frspec_ids=ids), 4, device=dev)
+            runs.append((out, st.drafted, st.accepted))
+    assert all(r == runs[0] for r in runs) and runs[0][0] == reference and runs[0][1] > 0
+    keep = np.setdiff1d(np.arange(V), reference)
+    d = MTPDrafter(t.model, t.gguf, frspec_ids=keep)
+    assert d.name == f"mtp+frspec{keep.size}"
+    for dev in (False, True):
+        out, st = _run(models, d, 4, device=dev)
+        assert out == reference and st.drafted > 0 and st.accepted == 0
+    assert greedy_decode(t.model, models["ids"], N) == reference  # the target's head untouched
+
+
 def test_frspec_expand_cols_reference():
     """DeviceIO.expand_cols on the CPU (kernel_check's reference for spec.cu frspec_expand): kept ids get their
     trimmed logit, the rest -inf."""
@@ -301,3 +322,16 @@ def test_frspec_expand_launch_plan(helpers):
     assert fn == ("spec.cu", "frspec_expand") and grid == (4, 3) and block == EXPAND_THREADS == 256
     assert len(args) == len(helpers.kernel_params("spec.cu", "frspec_expand")) == 5
     assert args[2] == 77 and args[3] == 1000
+
+
+def test_frspec_trimmed_rows_are_named_by_their_ids(models):
+    """Two trims of one head with as many rows in another order get other names: the backends cache weights by
+    (name, data address), and a freed copy's address recurs (in this file's run the reversed trim once read the
+    identity one's cached weight: acceptance 0 of 82)."""
+    from bw24.engine.spec.frspec import trimmed_rows
+
+    ti = models["target"].gguf.tensor("output.weight")
+    a = trimmed_rows(ti, np.arange(100))
+    b = trimmed_rows(ti, np.arange(100)[::-1].copy())
+    c = trimmed_rows(ti, np.arange(100))
+    assert a.name != b.name and a.name == c.name and a.shape == b.shape == (100, *ti.shape[1:])

@@ -10,6 +10,7 @@ ids most frequent first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -39,7 +40,10 @@ def trimmed_rows(ti, ids: np.ndarray):
     so any quant type whose rows are whole blocks works on every backend)."""
     n_rows = ti.shape[0]
     raw = np.ascontiguousarray(np.asarray(ti.raw).reshape(n_rows, -1)[ids]).reshape(-1)
-    return replace(ti, name=f"{ti.name}[frspec:{ids.size}]", shape=(int(ids.size), *ti.shape[1:]), raw=raw,
+    # the name says which rows: backends cache weights by (name, data address), and a freed raw's address recurs
+    # (two trims of one size, in another order, read one cached weight until the digest was added)
+    tag = hashlib.sha1(np.ascontiguousarray(ids, np.int64).tobytes()).hexdigest()[:12]
+    return replace(ti, name=f"{ti.name}[frspec:{ids.size}:{tag}]", shape=(int(ids.size), *ti.shape[1:]), raw=raw,
                    nbytes=int(raw.nbytes))
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from ..kv_cache import KVCache
 from ..models.common import Buffers, ModelWeights, load_weights
 from .base import Draft, NoMTPHeadError, context_counts, pick
+from .frspec import TrimmedHeadOps, trimmed_rows
 
 
 class _NextNInputOps:
@@ -57,7 +58,7 @@ class MTPDrafter:
     needs_hidden = True
     on_device = True  # propose_into: drafts chained on the device
 
-    def __init__(self, target, gguf, *, head_index: int = 0):
+    def __init__(self, target, gguf, *, head_index: int = 0, frspec_ids: np.ndarray | None = None):
         cfg, ops = target.cfg, target.ops
         if cfg.n_nextn <= head_index:
             raise NoMTPHeadError(f"{gguf.path.name}: no NextN/MTP head ({cfg.arch}.nextn_predict_layers="
@@ -78,6 +79,13 @@ class MTPDrafter:
         m.w = ModelWeights(target.w.tok_embd, vec("shared_head_norm.weight"), target.w.output, (allw.layers[il],))
         m.kv = KVCache(ops, 1, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v, target.kv.n_ctx)
         m.buf = Buffers(ops, hcfg, mb)
+        if frspec_ids is not None:  # FR-Spec: the head's vocabulary matmul reads only the kept rows of the
+            # target's output weight (its own trimmed copy; the target keeps the full head), spread back over the
+            # vocabulary for the argmax (TrimmedHeadOps; the device path samples m.buf.logits)
+            name = "token_embd.weight" if cfg.tie_embeddings else "output.weight"
+            head = ops.load_weight(trimmed_rows(gguf.tensor(name), frspec_ids))
+            m.ops = TrimmedHeadOps(m.ops, head, frspec_ids, mb, cfg.n_vocab)
+            self.name = f"mtp+frspec{frspec_ids.size}"
         self.head = m
         self.pending: np.ndarray | None = None  # target hidden rows (pre-norm) not yet in the head's cache
         self._dev = None  # (DeviceIO, GraphsByT of the device drafting steps) for propose_into

@@ -15,7 +15,7 @@ class DrafterOptions:
     draft: str | None = None     # draft model SPEC (alias, path, hf:...)
     ngram: bool = False
     mtp: bool = False
-    frspec: str | None = None    # FR-Spec ranks file (draft models only)
+    frspec: str | None = None    # FR-Spec ranks file (draft models and MTP heads)
     frspec_n: int | None = None
     verify: str = "auto"
 
@@ -78,9 +78,8 @@ def check_drafter_options(opts: DrafterOptions | argparse.Namespace, model: str)
     from .frspec import load_ranks
 
     o = _opts(opts)
-    if o.frspec and not o.draft:
-        raise BadInputError("--frspec needs a model drafter (--draft)" if not o.mtp
-                            else "--frspec applies to --draft models only in this version")
+    if o.frspec and not (o.draft or o.mtp):
+        raise BadInputError("--frspec needs a drafter with an output head (--draft or --mtp)")
     if not (o.mtp or o.draft):
         return
     tf = GGUFFile(resolve_model(model))
@@ -88,6 +87,8 @@ def check_drafter_options(opts: DrafterOptions | argparse.Namespace, model: str)
     if o.mtp and tc.n_nextn < 1:
         raise NoMTPHeadError(f"{tf.path.name}: no NextN/MTP head ({tc.arch}.nextn_predict_layers="
                              f"{tc.n_nextn}); write one with `bw24-gguf synth PRESET OUT --mtp`")
+    if o.mtp and o.frspec:  # the MTP head drafts over the target's own vocabulary
+        load_ranks(o.frspec, tc.n_vocab, o.frspec_n)
     if o.draft:
         df = GGUFFile(resolve_model(o.draft))
         dc = ModelConfig.from_gguf(df)
@@ -109,13 +110,11 @@ def make_drafter(opts: DrafterOptions | argparse.Namespace, eng, *, progress: bo
     if o.frspec:
         ranks = load_ranks(o.frspec, eng.config.n_vocab, o.frspec_n)
     if o.mtp:
-        if ranks is not None:
-            raise BadInputError("--frspec applies to --draft models only in this version")
-        return MTPDrafter(eng.model, eng.gguf)
+        return MTPDrafter(eng.model, eng.gguf, frspec_ids=ranks)
     if o.draft:
         dr = Engine.load(o.draft, backend=eng.backend, n_ctx=eng.n_ctx, progress=progress, draft=True)
         check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
         return DraftModelDrafter(dr.model, frspec_ids=ranks, gguf=dr.gguf)
     if ranks is not None:
-        raise BadInputError("--frspec needs a model drafter (--draft)")
+        raise BadInputError("--frspec needs a drafter with an output head (--draft or --mtp)")
     return NgramDrafter()

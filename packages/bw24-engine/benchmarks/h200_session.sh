@@ -93,7 +93,7 @@ log=lambda s: None))" "$m")
     tail -n 25 $L | grep -v "^$" | cut -c1-200 | tail -20 ;;
   spec)
     extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
-    t=$(echo "$1" | tr ',' '_'); [[ " ${*:2} " == *" --frspec "* ]] && t=${t}_frspec  # (its own log and rows)
+    t=$(echo "$1" | tr ',' '_'); [[ " ${*:2} " == *"frspec "* ]] && t=${t}_frspec  # (its own log and rows)
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
   ranks)  # ranks MODEL OUT [N]: bw24 frspec-ranks (FR-Spec: the model's own generations' most frequent N ids)

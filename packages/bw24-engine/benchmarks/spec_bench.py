@@ -3,6 +3,7 @@
 python packages/bw24-engine/benchmarks/spec_bench.py OUTDIR --backend cuda [--smollm PATH]
     [--pair DRAFT.gguf TARGET.gguf] [--synth-dir /tmp/bw24-spec-synth] [--cells exact,ngram,self,mtp,pair]
     [--reps 5] [-n 128] [--verify batched|auto|rowwise] [--vs-llama-spec LLAMA_BIN_DIR] [--quick]
+    [--frspec RANKS (pair) | --mtp-frspec RANKS (mtp)] [--frspec-n N]
 
 Cells (plain and spec runs interleaved A B A B, medians; every spec run is checked token-identical to
 the plain run of the same rep: "self-consistency PASS/FAIL"):
@@ -14,8 +15,9 @@ the plain run of the same rep: "self-consistency PASS/FAIL"):
          overhead per accepted token = (decode time - draft steps x plain step - rounds x verify) /
          tokens / plain step (target < 10%).
   mtp    the same synthetic qwen3-8b with its NextN head (--mtp), K=3: one draft+verify round vs a
-         plain step (target <= 1.25x).
+         plain step (target <= 1.25x). --mtp-frspec: the head's vocabulary matmul trimmed (FR-Spec).
   pair   qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b (--pair paths) on code prompts: >= 1.6x.
+         --frspec: the draft's head trimmed (FR-Spec; rows named -frspecN).
 --vs-llama-spec DIR: llama.cpp's llama-lookup (ngram cell) and llama-speculative (pair cell) from DIR on
 the same GGUF and prompt text, one run per rep interleaved with ours. Rows go to OUTDIR/spec_bench.jsonl.
 """
@@ -258,11 +260,17 @@ def cell_mtp(args, eng, path, rows, summary) -> None:
     from bw24.engine.spec import MTPDrafter, SpecDecoder
 
     ids = eng.tokenizer.encode(CODE_PROMPT, add_special=True)
-    dec = SpecDecoder(eng.model, MTPDrafter(eng.model, eng.gguf), k=3, verify=args.verify)
+    keep, tag = None, ""
+    if args.mtp_frspec:  # FR-Spec: the MTP head's vocabulary matmul over the ranks file's first ids only
+        from bw24.engine.spec.frspec import load_ranks
+
+        keep = load_ranks(args.mtp_frspec, eng.config.n_vocab, args.frspec_n)
+        tag = f"-frspec{keep.size}"
+    dec = SpecDecoder(eng.model, MTPDrafter(eng.model, eng.gguf, frspec_ids=keep), k=3, verify=args.verify)
     p, s, _, st, ok = measure(eng, dec, ids, args.n, args.reps)
     rnd = st.decode_s / max(st.rounds, 1)
     ratio = rnd * p
-    report(rows, summary, f"spec-mtp-{path.stem}-k3", eng, p, s, st, ok,
+    report(rows, summary, f"spec-mtp-{path.stem}{tag}-k3", eng, p, s, st, ok,
            f"; round {rnd * 1e3:.2f} ms = {ratio:.2f}x a plain step (target <= 1.25x)", dec=dec, round_over_step=ratio)
 
 
@@ -330,7 +338,8 @@ def main() -> int:
     ap.add_argument("--smollm", default="smollm2-135m", help="smollm2-135m GGUF (path or alias)")
     ap.add_argument("--pair", nargs=2, metavar=("DRAFT", "TARGET"), help="qwen2.5-coder-0.5b and -1.5b GGUF paths")
     ap.add_argument("--frspec", metavar="RANKS.json", help="pair cell: the draft's head trimmed to these ids (FR-Spec)")
-    ap.add_argument("--frspec-n", type=int, default=None, help="the first N ids of --frspec")
+    ap.add_argument("--mtp-frspec", metavar="RANKS.json", help="mtp cell: the MTP head trimmed to these ids (FR-Spec)")
+    ap.add_argument("--frspec-n", type=int, default=None, help="the first N ids of --frspec / --mtp-frspec")
     ap.add_argument("--synth-dir", default="/tmp/bw24-spec-synth", help="cache of the synthetic qwen3-8b")
     ap.add_argument("--verify", default="batched", choices=("auto", "rowwise", "batched"),
                     help="batched (default) measures the fast path; self-consistency judges its exactness")

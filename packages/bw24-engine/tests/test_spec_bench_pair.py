@@ -30,3 +30,21 @@ def test_spec_bench_pair_with_a_trimmed_draft_head(tmp_path, monkeypatch, capsys
     assert len(rows) == len(mod.PAIR_PROMPTS) and all("-frspec300-p" in r["cell"] for r in rows)
     assert all(r["self_consistency"] == "PASS" for r in rows)
     assert "pair: median ratio" in capsys.readouterr().out
+
+
+def test_spec_bench_mtp_with_a_trimmed_head(tmp_path, monkeypatch, capsys):
+    """The mtp cell with --mtp-frspec (the synthetic model's NextN head trimmed): its row names the trim and passes
+    self-consistency; the round's cost is reported against a plain step."""
+    spec = importlib.util.spec_from_file_location("spec_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ranks = tmp_path / "ranks.json"
+    ranks.write_text(json.dumps({"n_vocab": 512, "ids": list(range(512))[::-1]}))
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["spec_bench.py", str(out), "--backend", "cpu", "--cells", "mtp", "--synth-dir",
+                                      str(tmp_path / "synth"), "--synth-preset", "qwen3-tiny", "--mtp-frspec",
+                                      str(ranks), "--frspec-n", "256", "--reps", "1", "-n", "6"])
+    assert mod.main() == 0
+    (row,) = [json.loads(x) for x in (out / "spec_bench.jsonl").read_text().splitlines()]
+    assert "-frspec256-k3" in row["cell"] and row["self_consistency"] == "PASS" and row["round_over_step"] > 0
+    assert "a plain step (target <= 1.25x)" in capsys.readouterr().out

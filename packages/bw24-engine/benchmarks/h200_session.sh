@@ -97,8 +97,10 @@ log=lambda s: None))" "$m")
     (hdr; timeout 500 python3 $B/spec_bench.py $R/spec_$t --backend cuda --smollm $SMOL --cells "$1" --reps 5 -n 128 \
       "${@:2}" "${extra[@]}"; echo "spec rc=$?") > $R/spec_$t.log 2>&1; tail -25 $R/spec_$t.log | cut -c1-200 ;;
   ranks)  # ranks MODEL OUT [N]: bw24 frspec-ranks (FR-Spec: the model's own generations' most frequent N ids)
+    # (OUT under $R as ranks_NAME.json: ingest_evidence.py keeps it and this log, ranks_NAME.log, as evidence)
+    l=$R/$(basename "$2" .json).log
     (hdr; timeout 300 python3 -m bw24.engine.cli frspec-ranks "$1" "$2" --n "${3:-32768}" --backend cuda \
-      --no-progress; echo "ranks rc=$?") > $R/ranks.log 2>&1; tail -3 $R/ranks.log ;;
+      --no-progress; echo "ranks rc=$?") > $l 2>&1; tail -3 $l ;;
   with)  # with VAR=VALUE STAGE ARGS: that stage with the variable set (an opt-in path); logs under $R/VAR_VALUE
     # (nested: `with A=1 with B=1 perf ...` logs under /tmp/r/A_1/B_1; perf rows still go to /tmp/r/perf.jsonl)
     export "$1" BW24_R=$R/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;

@@ -72,6 +72,8 @@ def target_name(rel: Path, sha: str) -> str | None:
         return f"perf_h200_{sha}{suffix or ''}.log"  # several perf stages of one folder are concatenated
     if stem.startswith("spec_") and ext == "log":
         return f"spec_bench_h200_{sha}_{stem[5:]}{suffix}.txt"
+    if stem.startswith("ranks_") and ext in ("log", "json"):  # the ranks stage: its log and the FR-Spec ranks file
+        return f"frspec_{stem}_h200_{sha}{suffix}.{ext}"
     if stem.startswith("ncu_") and ext == "txt":  # the ncu stage's ncu_<model>_<regex>_T1.txt
         return f"ncu_h200_{sha}{suffix}_{stem[4:]}.txt"
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Draft, DraftVocabMismatchError, context_counts, pick
-from .frspec import TrimmedHeadOps, trimmed_rows
+from .frspec import TrimmedHeadOps, trim_head
 
 
 def check_same_vocab(target_gguf, target_cfg, draft_gguf, draft_cfg) -> None:
@@ -49,22 +49,14 @@ class DraftModelDrafter:
     def __init__(self, model, *, frspec_ids: np.ndarray | None = None, gguf=None):
         self.model = model
         self.cached: list[int] = []  # tokens in the draft's KV cache (a prefix of the context)
-        self.ids = None
         self._dev = None  # (DeviceIO, GraphsByT of the draft's decode step) for propose_into
         self._fed = 0  # drafts of the last propose_into fed to the draft (known on the host later)
         self.steps = 0  # T = 1 draft forwards so far (benchmarks: draft cost per round)
         if isinstance(model.ops, TrimmedHeadOps):  # an earlier drafter's trim of this model: this one sets its own
             model.ops = model.ops.base
-        if frspec_ids is not None:  # FR-Spec: the head reads only the kept rows
-            name = "token_embd.weight" if model.cfg.tie_embeddings else "output.weight"
-            head = model.ops.load_weight(trimmed_rows(gguf.tensor(name), frspec_ids))
-            self.ids = frspec_ids
-            model.ops = TrimmedHeadOps(model.ops, head, frspec_ids, model.max_batch, model.cfg.n_vocab)
+        if frspec_ids is not None:  # FR-Spec: the head reads only the kept rows (its logits -inf at the others)
+            model.ops = trim_head(model.ops, gguf, model.cfg, frspec_ids, model.max_batch)
             self.name = f"draft+frspec{frspec_ids.size}"
-
-    def _row(self, out: np.ndarray) -> np.ndarray:
-        """Host logits [V] of the last fed token (trimmed heads: -inf outside the kept ids, TrimmedHeadOps)."""
-        return out[-1]
 
     def begin(self, prompt, hidden=None) -> None:
         self.model.kv.reset()
@@ -93,7 +85,7 @@ class DraftModelDrafter:
         counts = context_counts(ctx, m.cfg.n_vocab, params)
         toks, qs = [], []
         for i in range(k):
-            tok, q = pick(self._row(out), params, counts, len(ctx) + i)
+            tok, q = pick(out[-1], params, counts, len(ctx) + i)
             toks.append(tok)
             qs.append(q)
             if counts is not None:

@@ -54,6 +54,15 @@ def inverse_ids(ids: np.ndarray, n_vocab: int) -> np.ndarray:
     return inv
 
 
+def trim_head(ops, gguf, cfg, ids: np.ndarray, max_batch: int) -> TrimmedHeadOps:
+    """ops wrapped so a model's vocabulary matmul reads only rows `ids` of its output weight (the tied embedding's
+    when the model ties them): a trimmed copy uploaded through ops, the full row rebuilt (TrimmedHeadOps). The
+    draft model's and the MTP head's FR-Spec."""
+    name = "token_embd.weight" if cfg.tie_embeddings else "output.weight"
+    head = ops.load_weight(trimmed_rows(gguf.tensor(name), ids))
+    return TrimmedHeadOps(ops, head, ids, max_batch, cfg.n_vocab)
+
+
 class TrimmedHeadOps:
     """Ops wrapper for a drafter model: logits() computes only the kept rows into `self.sub` [T, N], then
     spreads them over the full-width out buffer, -inf at the ids not kept (DeviceIO.expand_cols: spec.cu

@@ -25,7 +25,7 @@ import numpy as np
 from ..kv_cache import KVCache
 from ..models.common import Buffers, ModelWeights, load_weights
 from .base import Draft, NoMTPHeadError, context_counts, pick
-from .frspec import TrimmedHeadOps, trimmed_rows
+from .frspec import trim_head
 
 
 class _NextNInputOps:
@@ -82,9 +82,7 @@ class MTPDrafter:
         if frspec_ids is not None:  # FR-Spec: the head's vocabulary matmul reads only the kept rows of the
             # target's output weight (its own trimmed copy; the target keeps the full head), spread back over the
             # vocabulary for the argmax (TrimmedHeadOps; the device path samples m.buf.logits)
-            name = "token_embd.weight" if cfg.tie_embeddings else "output.weight"
-            head = ops.load_weight(trimmed_rows(gguf.tensor(name), frspec_ids))
-            m.ops = TrimmedHeadOps(m.ops, head, frspec_ids, mb, cfg.n_vocab)
+            m.ops = trim_head(m.ops, gguf, cfg, frspec_ids, mb)
             self.name = f"mtp+frspec{frspec_ids.size}"
         self.head = m
         self.pending: np.ndarray | None = None  # target hidden rows (pre-norm) not yet in the head's cache

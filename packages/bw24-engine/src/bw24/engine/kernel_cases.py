@@ -321,9 +321,9 @@ def rng_case() -> Case:
 
 
 def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int | None = None, F: int | None = None,
-             up_qt=None, down_qt=None, router_scale: float = 1.0) -> Case:
+             up_qt=None, down_qt=None, router_std: float | None = None) -> Case:
     """Router + top-k + experts + combine vs ref.moe. E, F default to small shapes; up_qt / down_qt
-    default to qt (a different up type takes ops/cuda/moe.py's gate/up fallback); router_scale: moe_weights'."""
+    default to qt (a different up type takes ops/cuda/moe.py's gate/up fallback); router_std: moe_weights'."""
     up_qt, down_qt = up_qt or qt, down_qt or qt
     kq = any(q in (Q.Q4_K, Q.Q5_K, Q.Q6_K) for q in (qt, up_qt, down_qt))
 
@@ -331,7 +331,7 @@ def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int |
         e = E or (256 if kq else 160)
         f = F or (256 if kq else 96)  # K-quants need K % 256 == 0 for the down projection's input
         # (names tagged: the ops cache weights by (name, data address), and addresses recur across cases)
-        router, ge, ue, de = moe_weights(f"{name}:", rng, X, e, f, qt, down_qt, up_qt, router_scale=router_scale)
+        router, ge, ue, de = moe_weights(f"{name}:", rng, X, e, f, qt, down_qt, up_qt, router_std=router_std)
         x = rng.standard_normal((T, e)).astype(np.float32)
         r = rng.standard_normal((T, e)).astype(np.float32) if residual else None
         want = np.empty((T, e), np.float32)
@@ -345,8 +345,8 @@ def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int |
     return run
 
 
-# The router scale of the cases that must see a wrong lower pick (ROUTER_REAL / sqrt(E): logits of standard
-# deviation ROUTER_REAL, a real router's order of size). Why: with unit router weights over x of unit entries a
+# The router logits' standard deviation of the cases that must see a wrong lower pick (moe_weights' router_std:
+# weights scaled by ROUTER_REAL / sqrt(E)), a real router's order of size. Why: with unit router weights over x of unit entries a
 # token's logits have standard deviation sqrt(E) (16 to 45 at the cases' E), so the top pick takes all but ~e^-17
 # of the weight and a wrong 2nd..k-th expert moves the output far below the matmul tolerance: at e6bec2b the
 # planted route (the k-th pick replaced by the first) left the three "moe router fused" reference cases green on
@@ -355,13 +355,14 @@ ROUTER_REAL = 1.0
 
 
 def moe_weights(tag: str, rng, X: int, E: int, F: int, qt, down_qt, up_qt=None,
-                router_scale: float = 1.0) -> list[FakeTensor]:
-    """A MoE layer's random weights: the F32 router [X, E] (standard normal, times router_scale), stacked gate / up
-    [X, F, E] and down [X, E, F]."""
+                router_std: float | None = None) -> list[FakeTensor]:
+    """A MoE layer's random weights: the F32 router [X, E] (standard normal; with router_std, times router_std /
+    sqrt(E), so unit-normal inputs give logits of that standard deviation), stacked gate / up [X, F, E] and down
+    [X, E, F]."""
     up_qt = up_qt or qt
     router = _weight(Q.F32, X, E, rng, tag + "router")
-    if router_scale != 1.0:
-        raw = (router.raw.view(np.float32) * np.float32(router_scale)).astype(np.float32)
+    if router_std is not None:
+        raw = (router.raw.view(np.float32) * np.float32(router_std / E ** 0.5)).astype(np.float32)
         router = FakeTensor(router.name, raw.view(np.uint8).reshape(-1), Q.F32, (X, E))
     return [router,
             FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
@@ -508,14 +509,12 @@ def cases() -> Iterator[tuple[str, Case]]:
     # int8 experts behind it, verify rows == decode rows (each call re-arms the tickets the next one needs)
     # (routers of a real router's logit size, ROUTER_REAL: a wrong lower pick must show)
     yield "moe router fused Q4_K/Q4_K/Q6_K T=1 X=128 k=8 E=256 F=256 norm +res", \
-        opted(moe_case(Q.Q4_K, 1, 128, 8, True, True, E=256, F=256, down_qt=Q.Q6_K,
-                       router_scale=ROUTER_REAL / 256 ** 0.5), "moe_router_fuse", True)
+        opted(moe_case(Q.Q4_K, 1, 128, 8, True, True, E=256, F=256, down_qt=Q.Q6_K, router_std=ROUTER_REAL),
+              "moe_router_fuse", True)
     yield "moe router fused Q4_K/Q4_K/Q4_K T=5 X=16 k=8 E=2048 F=768 norm +res", \
-        opted(moe_case(Q.Q4_K, 5, 16, 8, True, True, E=2048, F=768, router_scale=ROUTER_REAL / 2048 ** 0.5),
-              "moe_router_fuse", True)
+        opted(moe_case(Q.Q4_K, 5, 16, 8, True, True, E=2048, F=768, router_std=ROUTER_REAL), "moe_router_fuse", True)
     yield "moe router fused Q8_0 T=3 X=10 k=3 E=544 F=160", \
-        opted(moe_case(Q.Q8_0, 3, 10, 3, False, False, E=544, F=160, router_scale=ROUTER_REAL / 544 ** 0.5),
-              "moe_router_fuse", True)
+        opted(moe_case(Q.Q8_0, 3, 10, 3, False, False, E=544, F=160, router_std=ROUTER_REAL), "moe_router_fuse", True)
     for q8 in (False, True):
         yield f"moe router fused{' q8' if q8 else ''} decode==verify bitwise Q4_K/Q6_K T=9 X=16 k=8 E=2048 F=768", \
             opted(moe_verify_case(Q.Q4_K, Q.Q6_K, 9, 16, 8, 2048, 768, q8=q8), "moe_router_fuse", True)

@@ -256,16 +256,21 @@ def cell_self(args, eng, path, rows, summary) -> None:
     report(rows, summary, f"spec-self-{path.stem}-k{k}", eng, p, s, st, ok, extra, dec=dec, overhead=over, verify_s=ver)
 
 
+def frspec_ids(ranks: str | None, n_vocab: int, n: int | None) -> tuple[np.ndarray | None, str]:
+    """FR-Spec: the ranks file's first n ids (a head trimmed to them) and the cell-name tag; (None, "") without one."""
+    if not ranks:
+        return None, ""
+    from bw24.engine.spec.frspec import load_ranks
+
+    ids = load_ranks(ranks, n_vocab, n)
+    return ids, f"-frspec{ids.size}"
+
+
 def cell_mtp(args, eng, path, rows, summary) -> None:
     from bw24.engine.spec import MTPDrafter, SpecDecoder
 
     ids = eng.tokenizer.encode(CODE_PROMPT, add_special=True)
-    keep, tag = None, ""
-    if args.mtp_frspec:  # FR-Spec: the MTP head's vocabulary matmul over the ranks file's first ids only
-        from bw24.engine.spec.frspec import load_ranks
-
-        keep = load_ranks(args.mtp_frspec, eng.config.n_vocab, args.frspec_n)
-        tag = f"-frspec{keep.size}"
+    keep, tag = frspec_ids(args.mtp_frspec, eng.config.n_vocab, args.frspec_n)  # the MTP head's trim
     dec = SpecDecoder(eng.model, MTPDrafter(eng.model, eng.gguf, frspec_ids=keep), k=3, verify=args.verify)
     p, s, _, st, ok = measure(eng, dec, ids, args.n, args.reps)
     rnd = st.decode_s / max(st.rounds, 1)
@@ -306,12 +311,7 @@ def cell_pair(args, rows, summary) -> None:
     eng = Engine.load(tpath, backend=args.backend, progress=False)
     dr = Engine.load(dpath, backend=args.backend, n_ctx=eng.n_ctx, progress=False, draft=True)
     check_same_vocab(eng.gguf, eng.config, dr.gguf, dr.config)
-    ids, tag = None, ""
-    if args.frspec:  # FR-Spec: the draft's head trimmed to the ranks file's first ids (its own generations')
-        from bw24.engine.spec.frspec import load_ranks
-
-        ids = load_ranks(args.frspec, dr.config.n_vocab, args.frspec_n)
-        tag = f"-frspec{ids.size}"
+    ids, tag = frspec_ids(args.frspec, dr.config.n_vocab, args.frspec_n)  # the draft's head trim
     dec = SpecDecoder(eng.model, DraftModelDrafter(dr.model, frspec_ids=ids, gguf=dr.gguf), k=5, adaptive=True,
                       verify=args.verify)
     ratios, after = [], []

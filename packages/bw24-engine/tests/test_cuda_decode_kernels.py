@@ -7,6 +7,7 @@ The kernels themselves run on the GPU in kernel_check (kernel_cases_attn.py)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -450,7 +451,8 @@ def test_attn_depth_is_parsed_checked_and_recorded(monkeypatch):
 
 def _attention_launches(T=1, H=32, Hkv=8, S=4200, **attrs) -> list[tuple]:
     """attn.attention on a stand-in backend (no GPU): float16 caches of S keys, D = 128; attrs over its settings
-    (defaults: 4 q heads a block, no opt-in). Its launches as (kernel, grid, one call's extra defines, args)."""
+    (defaults: 4 q heads a block, no opt-in). Its launches as (kernel, grid, one call's extra defines, args,
+    dynamic shared memory bytes)."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda import attn
@@ -461,7 +463,7 @@ def _attention_launches(T=1, H=32, Hkv=8, S=4200, **attrs) -> list[tuple]:
                          _k_with=lambda f, n, extra: (f, n, extra),
                          _buf=lambda key, n, dtype=np.float32, zeroed=False: np.zeros(max(n, 1), dtype),
                          _launch=lambda fn, g, b, args, shared_mem=0: launches.append((fn[1].split("<")[0], g, fn[2],
-                                                                                       len(args))))
+                                                                                       len(args), shared_mem)))
     for k, v in attrs.items():
         setattr(cu, k, v)
     q, out = np.zeros((T, H, 128), np.float32), np.zeros((T, H, 128), np.float32)
@@ -721,7 +723,7 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     both = run(1024)
     assert [x[0] for x in both] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert both[0][2] == (("BW24_ATTN_DEC_MMA", 1024),) and both[1][2] == ()
-    assert both[0][1] == (8, 66, 1) and both[1][1] == (8, 66, 1) and both[1][3] == 17
+    assert both[0][1] == (8, 66, 1) and both[1][1] == (8, 66, 1) and both[1][3] == 18
     assert [x[0] for x in run(1024, "deep")] == ["attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "shallow")] == ["attn_split", "attn_combine"]
@@ -731,3 +733,111 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     q32 = dict(H=64)
     assert [x[1] for x in run(0, **q32)][0] == (16, 33, 1)
     assert [x[1] for x in run(1024, **q32)][:2] == [(16, 66, 1), (8, 66, 1)]
+
+
+def test_dec_pipe_is_recorded_built_into_its_file_alone_and_launched_with_two_stages(monkeypatch):
+    """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): off by default; on, perf rows say
+    attn_dec_pipe, attention_dec_mma.cu builds with BW24_DEC_MMA_PIPE (attention.cu without), the planted canary's
+    macro reaches that file alone, and the mma launch takes two stages of a 64-key tile's padded K and V rows (69,632
+    bytes at D = 128: past the 48 KB a kernel gets unasked, so CudaOps._launch opts it in) while attn_split and
+    attn_combine take none."""
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_dec_pipe is False
+    ops = CudaOps.__new__(CudaOps)
+    assert "attn_dec_pipe" not in CudaOps.opt_in(ops)
+    ops.attn_dec_pipe = True
+    assert "attn_dec_pipe" in CudaOps.opt_in(ops)
+    ops.pdl, ops.variant = True, ""
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+    ops.variant = "planted_decpipe"
+    assert ("BW24_PLANTED_DECPIPE", 1) in ops.kernel_defines("attention_dec_mma.cu")
+    assert ("BW24_PLANTED_DECPIPE", 1) not in ops.kernel_defines("attention.cu")
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
+    assert attn.dec_pipe_smem(128, 128) == 2 * 64 * (136 + 136) * 2 == 69632
+    assert attn.dec_pipe_smem(64, 64) == 2 * 64 * (72 + 72) * 2
+    piped = _attention_launches(H=64, attn_dec_mma=1024, attn_dec_pipe=True)
+    assert [(x[0], x[4]) for x in piped] == [("attn_split", 0), ("attn_dec_mma", 69632), ("attn_combine", 0)]
+    plain = _attention_launches(H=64, attn_dec_mma=1024)
+    assert [x[4] for x in plain] == [0, 0, 0] and [x[:4] for x in plain] == [x[:4] for x in piped]
+
+
+def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
+    """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
+    (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""
+    from types import SimpleNamespace
+
+    from bw24.runtime import launch
+    from cupy_backends.cuda.api import driver
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(driver, "funcSetAttribute", lambda *a: calls.append(a), raising=False)
+    monkeypatch.setattr(launch, "_DYN_SMEM", {})
+    fn = SimpleNamespace(ptr=1234)
+    launch.allow_dynamic_shared(fn, 48 * 1024)
+    assert calls == []
+    launch.allow_dynamic_shared(fn, 69632)
+    launch.allow_dynamic_shared(fn, 69632)
+    launch.allow_dynamic_shared(fn, 60000)
+    assert calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 69632)]
+    launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
+    assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
+
+
+def test_dec_fuse_combines_in_the_mma_launch_where_its_splits_fit(monkeypatch):
+    """BW24_ATTN_DEC_FUSE (attn_dec_mma's rows combined by their last split block): off by default, recorded as
+    attn_dec_fuse, its canary's macro in attention_dec_mma.cu alone. On the 32B's shape at 4,096 cache keys outside
+    a depth class: attn_split (rows under the threshold), attn_dec_mma built with BW24_DEC_MMA_FUSE and given its
+    tickets, and attn_combine built to return for the rows past the threshold; one token of a deep class launches
+    the mma kernel alone (no pass 2 launch); a shallow class launches no mma kernel, so nothing changes; a grid of
+    more splits than the fused pass 2 stages (132) keeps the separate pass 2."""
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.attn import AttnDepth
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.attn_dec_fuse is False
+    ops = CudaOps.__new__(CudaOps)
+    assert "attn_dec_fuse" not in CudaOps.opt_in(ops)
+    ops.attn_dec_fuse = True
+    assert "attn_dec_fuse" in CudaOps.opt_in(ops)
+    ops.pdl, ops.variant = False, "planted_decfuse"
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECFUSE", 1),)
+    assert ops.kernel_defines("attention.cu") == ()
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
+
+    def run(cls=None, T=1, fuse=True, override=None):
+        return _attention_launches(T=T, H=64, attn_dec_mma=1024, attn_dec_fuse=fuse, attn_class=cls,
+                                   attn_depth=AttnDepth(1024, 2, 4), attn_override=override)
+
+    both = run()
+    assert [(x[0], x[2]) for x in both] == [("attn_split", (("BW24_ATTN_DEC_MMA", 1024),)),
+                                            ("attn_dec_mma", (("BW24_DEC_MMA_FUSE", 1),)),
+                                            ("attn_combine", (("BW24_ATTN_COMBINE_FROM", 1024),))]
+    assert both[1][1] == (8, 66, 1) and both[1][3] == 18
+    assert [(x[0], x[2]) for x in run("deep")] == [("attn_dec_mma", (("BW24_DEC_MMA_FUSE", 1),))]
+    assert [x[0] for x in run("deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
+    assert [(x[0], x[2]) for x in run("shallow")] == [("attn_split", (("BW24_ATTN_DEC_MMA", 1024),)),
+                                                      ("attn_combine", ())]
+    wide = run(override={"max_splits": 132})
+    assert wide[1][1] == (8, 132, 1) and [(x[0], x[2]) for x in wide][1:] == [("attn_dec_mma", ()), ("attn_combine", ())]
+    assert [(x[0], x[2]) for x in run(fuse=False)][1:] == [("attn_dec_mma", ()), ("attn_combine", ())]
+    assert attn.dec_fuse_applies(SimpleNamespace(attn_dec_fuse=True), 1024, True, attn.DEC_FUSE_SPLITS)
+    assert not attn.dec_fuse_applies(SimpleNamespace(attn_dec_fuse=True), 1024, True, attn.DEC_FUSE_SPLITS + 1)
+    assert not attn.dec_fuse_applies(SimpleNamespace(attn_dec_fuse=True), None, False, 16)
+
+
+def test_dec_fuse_splits_bound_is_the_kernels():
+    """attn.DEC_FUSE_SPLITS is the bound the kernel's staged weights are sized by (DM_FUSE_SPLITS): a grid of more
+    splits would overrun them, so the host must never fuse past it."""
+    import re
+
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+
+    src = (KERNEL_DIR / "attention_dec_mma.cu").read_text()
+    assert int(re.search(r"#define DM_FUSE_SPLITS (\d+)", src).group(1)) == attn.DEC_FUSE_SPLITS
+    assert int(re.search(r"#define DM_KT (\d+)", src).group(1)) == attn.DEC_MMA_TILE

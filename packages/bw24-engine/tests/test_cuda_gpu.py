@@ -115,6 +115,20 @@ def test_attention_dec_mma_cases_green_and_a_dropped_key_red():
     _green_then_red(61, "attn dec mma", "planted_decmma", "attn dec mma D=", 12)
 
 
+def test_attention_dec_pipe_cases_green_and_a_skipped_tile_red():
+    """BW24_ATTN_DEC_PIPE's cases (attn_dec_mma's tiles through two cp.async stages: the plain kernel's bits at splits
+    of 1 to 4 tiles, and against the reference) are green; the planted prefetch that fetches a tile too far from a
+    split's second round on turns the 4 whose splits hold 3 or more tiles red (1- and 2-tile splits stay green)."""
+    _green_then_red(71, "attn dec pipe", "planted_decpipe", "attn dec pipe", 4)
+
+
+def test_attention_dec_fuse_cases_green_and_a_dropped_split_red():
+    """BW24_ATTN_DEC_FUSE's cases (attn_dec_mma's rows combined by their last split block: the separate pass 2's
+    bits at 16-66 splits, verify rows straddling the threshold, with the pipe, the int8 rows, the reference) are
+    green; the planted fused pass 2 that drops each row's last live split turns all 9 red."""
+    _green_then_red(73, "attn dec fuse", "planted_decfuse", "attn dec fuse", 9)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

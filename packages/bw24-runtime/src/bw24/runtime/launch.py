@@ -89,3 +89,21 @@ def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
     rc = _cuda().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(ptr), params, None)
     if rc != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {rc}")
+
+
+_DYN_SMEM: dict[int, int] = {}  # function pointer -> the dynamic shared memory it was allowed
+SMEM_DEFAULT_LIMIT = 48 * 1024  # what a kernel may take without opting in
+
+
+def allow_dynamic_shared(fn, nbytes: int) -> None:
+    """Let fn (a cupy Function or RawKernel) launch with nbytes of dynamic shared memory: past 48 KB a kernel must
+    opt in (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES) or its launch fails. Once a function and size; call
+    it before a graph capture records the launch."""
+    ptr = fn.ptr if hasattr(fn, "ptr") else fn.kernel.ptr
+    if nbytes <= SMEM_DEFAULT_LIMIT or _DYN_SMEM.get(ptr, 0) >= nbytes:
+        return
+    from cupy_backends.cuda.api import driver
+
+    driver.funcSetAttribute(ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
+    _DYN_SMEM[ptr] = int(nbytes)
+

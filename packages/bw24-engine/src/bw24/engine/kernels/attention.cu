@@ -590,6 +590,9 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
 #endif
     const int live = (n + c - 1) / c;
     if (live == 1) return;  // attn_split wrote the output itself
+#ifdef BW24_ATTN_COMBINE_FROM  // rows past this many live keys: attn_dec_mma's fused pass 2 wrote them
+    if (n > BW24_ATTN_COMBINE_FROM) return;
+#endif
     combine_head(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV, out + ((i64)t * H + h) * DV, red, wt, lw);
     if (xq) {  // this thread's own output dim, just written by it
         const i64 o = ((i64)t * H + h) * DV + threadIdx.x;

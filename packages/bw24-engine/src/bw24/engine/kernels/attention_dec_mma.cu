@@ -27,6 +27,13 @@
 // A row's only live split (few keys, or one split up to BW24_ATTN_SHORT keys) writes the output itself and, for
 // a q8 output projection (xq != null), its int8 quantization (quant_x.cuh), as attn_split's does; attn_combine
 // returns for such rows.
+// BW24_DEC_MMA_PIPE (ops/cuda/backend.py attn_dec_pipe, BW24_ATTN_DEC_PIPE=1; opt-in until measured): the tiles go
+// through two stages of dynamic shared memory by cp.async, tile i + 1's copies in flight while tile i's math runs.
+// Why: Nsight Compute on the H200 (b7b8a71, the 32B at 4,096 keys, 66 splits: one 64-key tile a block) put this
+// kernel at 14.3 us a layer, DRAM 24% busy, and attn_combine at 9.8 us for 66 splits. Fewer splits (BW24_ATTN_DECODE
+// = 32:16 or 32:33) shorten pass 2's chain but give each block several tiles, whose loads the plain loop issues only
+// after the previous tile's math. The math, its order and the tiles' contents are the plain loop's: the same bits
+// (kernel-check's "dec mma pipe == plain bitwise"). 2 x 34.8 KB a block at D = DV = 128: 3 blocks an SM.
 #include "mma.cuh"
 #include "attn_chunk.cuh"
 #include "quant_x.cuh"
@@ -34,19 +41,144 @@
 
 #define DM_WARPS 4
 #define DM_KT 64  // keys a tile: 16 a warp
+#ifndef BW24_DEC_MMA_PIPE
+#define BW24_DEC_MMA_PIPE 0
+#endif
+// BW24_DEC_MMA_FUSE (ops/cuda/attn.py, BW24_ATTN_DEC_FUSE=1 where the grid has at most DM_FUSE_SPLITS splits; opt-in
+// until measured): pass 2 of this kernel's rows inside it. The last live split block of (token, kv head) to finish
+// (last_arrival's ticket) combines its G heads, all of them at once (one output a thread, G x DV of them), with
+// attn_combine's arithmetic (combine_head: M the exact max of the live m_s, w_s = e^(m_s - M), L = sum of l_s w_s
+// and A = sum of acc_s w_s in split order, out = A / L): the same bits. attn_combine (built with
+// BW24_ATTN_COMBINE_FROM) then returns for these rows, and a step of one token in a deep class launches it not at
+// all. Why: at 4,096 keys the 32B's attn_combine took 9.8 us a layer beside attn_dec_mma's 14.3 (Nsight Compute,
+// b7b8a71): 64 blocks in a chain of dependent round trips, plus a launch.
+#ifndef BW24_DEC_MMA_FUSE
+#define BW24_DEC_MMA_FUSE 0
+#endif
+#define DM_FUSE_SPLITS 72  // splits the fused pass 2 stages weights for (66: the 32B's default grid); attn.DEC_FUSE_SPLITS
+
+// 16 bytes global -> shared without registers (sm_80+); valid = false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// One 64-key tile [jt, jt + 64) of K and V into shared rows (rows past j1 zero): by 16-byte loads through registers,
+// or (async) by cp.async, for the caller to commit and wait on.
+template <int D, int DV, int KP, int VP>
+__device__ __forceinline__ void dm_load_tile(__half (*ks)[KP], __half (*vs)[VP], const __half* kb, const __half* vb,
+                                             int jt, int j1, bool async) {
+    for (int idx = threadIdx.x; idx < DM_KT * D / 8; idx += DM_WARPS * 32) {
+        const int r = idx / (D / 8), x = idx % (D / 8), j = jt + r;
+        if (async)
+            cp_async16(&ks[r][8 * x], reinterpret_cast<const uint4*>(kb + (i64)min(j, j1 - 1) * D) + x, j < j1);
+        else
+            *reinterpret_cast<uint4*>(&ks[r][8 * x]) =
+                j < j1 ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
+    }
+    for (int idx = threadIdx.x; idx < DM_KT * DV / 8; idx += DM_WARPS * 32) {
+        const int r = idx / (DV / 8), x = idx % (DV / 8), j = jt + r;
+        if (async)
+            cp_async16(&vs[r][8 * x], reinterpret_cast<const uint4*>(vb + (i64)min(j, j1 - 1) * DV) + x, j < j1);
+        else
+            *reinterpret_cast<uint4*>(&vs[r][8 * x]) =
+                j < j1 ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Warp w's 16 keys of the tile in shared memory (keys jt + 16w ..): scores, mask, softcap, the online softmax of
+// row g (m, l: this lane's share) and O += P V. The plain and the pipelined loops both call it, so their
+// arithmetic is one.
+template <int D, int DV, int KP, int VP>
+__device__ __forceinline__ void dm_tile_math(const __half (*ks)[KP], const __half (*vs)[VP], int jt, int j1, int k0,
+                                             const u32 (&qa)[D / 16][4], float (&o)[DV / 8][4], float& m, float& l,
+                                             float softcap, int lane) {
+    constexpr int KS = D / 16, NO = DV / 8;
+    const int g = lane >> 2, c = lane & 3;
+    float sc[2][4];  // keys k0 + 8n + 2c + e of row g (sc[n][e]) and row g + 8 (sc[n][2 + e], unused)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+        sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+            const u32 b0 = *reinterpret_cast<const u32*>(&ks[k0 + nt * 8 + g][kk * 16 + 2 * c]);
+            const u32 b1 = *reinterpret_cast<const u32*>(&ks[k0 + nt * 8 + g][kk * 16 + 2 * c + 8]);
+            mma16816(sc[nt], qa[kk], b0, b1);
+        }
+    }
+    // mask, softcap, the online softmax of row g (its 16 values of the sub-tile: 4 a lane of the quad)
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int j = jt + k0 + nt * 8 + 2 * c + e;
+            float v = sc[nt][e];
+            if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+#ifdef BW24_PLANTED_DECMMA  // kernel_check canary: the first key of every warp's 16 dropped
+            v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
+#else
+            v = j < j1 ? v : -INFINITY;
+#endif
+            sc[nt][e] = v;
+            mx = fmaxf(mx, v);
+        }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));  // finite: key jt + k0 < j1 is live
+    const float mn = fmaxf(m, mx);
+    const float corr = expf(m - mn);  // m = -inf: 0
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float pe = sc[nt][e] == -INFINITY ? 0.f : expf(sc[nt][e] - mn);
+            sc[nt][e] = pe;
+            sum += pe;
+        }
+        sc[nt][2] = sc[nt][3] = 0.f;  // rows g + 8: no q head
+    }
+    l = l * corr + sum;  // this lane's share of the row sum (the quad adds them at the end)
+    m = mn;
+#pragma unroll
+    for (int i = 0; i < NO; ++i) {
+        o[i][0] *= corr;
+        o[i][1] *= corr;
+    }
+    // O += P V: P [16 rows x 16 keys] as one A fragment (keys 0..7: n-tile 0, 8..15: n-tile 1)
+    const u32 pa[4] = {pack_half2(sc[0][0], sc[0][1]), pack_half2(sc[0][2], sc[0][3]),
+                       pack_half2(sc[1][0], sc[1][1]), pack_half2(sc[1][2], sc[1][3])};
+#pragma unroll
+    for (int i = 0; i < NO; i += 2) {
+        // matrices: (keys +0..7, n-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1)
+        const int mi = lane >> 3;
+        const __half* row = &vs[k0 + (mi & 1) * 8 + (lane & 7)][(i + (mi >> 1)) * 8];
+        pv_two_tiles(o[i], o[i + 1], pa, row);
+    }
+}
 
 template <int D, int DV, int G, int CH>
 __global__ void __launch_bounds__(DM_WARPS * 32, 4)
 attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
              int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
-             i8* __restrict__ xq, int2* __restrict__ xs) {
+             i8* __restrict__ xq, int2* __restrict__ xs, int* __restrict__ tickets) {
     PDL_OPEN();
     static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128 && G >= 1 && G <= 8, "shapes");
     constexpr int KP = D + 8, VP = DV + 8;  // padded rows (halves): 16-byte aligned, conflict-free reads
     constexpr int KS = D / 16, NO = DV / 8;
+#if BW24_DEC_MMA_PIPE
+    // two stages, each a tile's K rows then its V rows (dm_pipe_smem in ops/cuda/attn.py: the bytes)
+    extern __shared__ __align__(16) unsigned char dm_smem[];
+    __half (*ks)[KP] = reinterpret_cast<__half (*)[KP]>(dm_smem);  // stage 0's K: the merge's floats after the loop
+    constexpr int STAGE = DM_KT * (KP + VP) * 2;  // bytes
+#else
     __shared__ __align__(16) __half ks[DM_KT][KP];
     __shared__ __align__(16) __half vs[DM_KT][VP];
+#endif
     __shared__ float sm_m[DM_WARPS][G], sm_l[DM_WARPS][G];
     const int hk = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -82,84 +214,38 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     const __half* kb = kc + (i64)hk * S * D;
     const __half* vb = vc + (i64)hk * S * DV;
 
+#if BW24_DEC_MMA_PIPE
+    const auto kst = [&](int st) { return reinterpret_cast<__half (*)[KP]>(dm_smem + st * STAGE); };
+    const auto vst = [&](int st) { return reinterpret_cast<__half (*)[VP]>(dm_smem + st * STAGE + DM_KT * KP * 2); };
+    dm_load_tile<D, DV, KP, VP>(kst(0), vst(0), kb, vb, j0, j1, true);
+    cp_async_commit();
+    for (int jt = j0, st = 0; jt < j1; jt += DM_KT, st ^= 1) {
+        // the next tile into the other stage (freed by the last iteration's closing barrier); a group a round, empty
+        // past the last tile, so "all but the newest group done" always means this tile landed
+#ifdef BW24_PLANTED_DECPIPE  // kernel_check canary: the prefetch skips a tile (each split's third onward wrong)
+        const int jn = jt == j0 ? jt + DM_KT : jt + 2 * DM_KT;
+#else
+        const int jn = jt + DM_KT;
+#endif
+        if (jn < j1) dm_load_tile<D, DV, KP, VP>(kst(st ^ 1), vst(st ^ 1), kb, vb, jn, j1, true);
+        cp_async_commit();
+        cp_async_wait_one();
+        __syncthreads();  // every thread's copies of this tile are visible
+        const int k0 = 16 * w;  // this warp's first key of the tile
+        if (jt + k0 < j1)  // a live key of this warp here (warp-uniform)
+            dm_tile_math<D, DV, KP, VP>(kst(st), vst(st), jt, j1, k0, qa, o, m, l, softcap, lane);
+        __syncthreads();  // this stage's readers are done before the next round copies into it
+    }
+#else
     for (int jt = j0; jt < j1; jt += DM_KT) {
         __syncthreads();  // the previous tile's readers are done
-        for (int idx = threadIdx.x; idx < DM_KT * D / 8; idx += DM_WARPS * 32) {
-            const int r = idx / (D / 8), x = idx % (D / 8), j = jt + r;
-            *reinterpret_cast<uint4*>(&ks[r][8 * x]) =
-                j < j1 ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
-        }
-        for (int idx = threadIdx.x; idx < DM_KT * DV / 8; idx += DM_WARPS * 32) {
-            const int r = idx / (DV / 8), x = idx % (DV / 8), j = jt + r;
-            *reinterpret_cast<uint4*>(&vs[r][8 * x]) =
-                j < j1 ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
-        }
+        dm_load_tile<D, DV, KP, VP>(ks, vs, kb, vb, jt, j1, false);
         __syncthreads();
         const int k0 = 16 * w;  // this warp's first key of the tile
         if (jt + k0 >= j1) continue;  // no live key of this warp here (warp-uniform)
-
-        float sc[2][4];  // keys k0 + 8n + 2c + e of row g (sc[n][e]) and row g + 8 (sc[n][2 + e], unused)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) {
-                const u32 b0 = *reinterpret_cast<const u32*>(&ks[k0 + nt * 8 + g][kk * 16 + 2 * c]);
-                const u32 b1 = *reinterpret_cast<const u32*>(&ks[k0 + nt * 8 + g][kk * 16 + 2 * c + 8]);
-                mma16816(sc[nt], qa[kk], b0, b1);
-            }
-        }
-        // mask, softcap, the online softmax of row g (its 16 values of the sub-tile: 4 a lane of the quad)
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int j = jt + k0 + nt * 8 + 2 * c + e;
-                float v = sc[nt][e];
-                if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-#ifdef BW24_PLANTED_DECMMA  // kernel_check canary: the first key of every warp's 16 dropped
-                v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
-#else
-                v = j < j1 ? v : -INFINITY;
-#endif
-                sc[nt][e] = v;
-                mx = fmaxf(mx, v);
-            }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));  // finite: key jt + k0 < j1 is live
-        const float mn = fmaxf(m, mx);
-        const float corr = expf(m - mn);  // m = -inf: 0
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pe = sc[nt][e] == -INFINITY ? 0.f : expf(sc[nt][e] - mn);
-                sc[nt][e] = pe;
-                sum += pe;
-            }
-            sc[nt][2] = sc[nt][3] = 0.f;  // rows g + 8: no q head
-        }
-        l = l * corr + sum;  // this lane's share of the row sum (the quad adds them at the end)
-        m = mn;
-#pragma unroll
-        for (int i = 0; i < NO; ++i) {
-            o[i][0] *= corr;
-            o[i][1] *= corr;
-        }
-        // O += P V: P [16 rows x 16 keys] as one A fragment (keys 0..7: n-tile 0, 8..15: n-tile 1)
-        const u32 pa[4] = {pack_half2(sc[0][0], sc[0][1]), pack_half2(sc[0][2], sc[0][3]),
-                           pack_half2(sc[1][0], sc[1][1]), pack_half2(sc[1][2], sc[1][3])};
-#pragma unroll
-        for (int i = 0; i < NO; i += 2) {
-            // matrices: (keys +0..7, n-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1)
-            const int mi = lane >> 3;
-            const __half* row = &vs[k0 + (mi & 1) * 8 + (lane & 7)][(i + (mi >> 1)) * 8];
-            pv_two_tiles(o[i], o[i + 1], pa, row);
-        }
+        dm_tile_math<D, DV, KP, VP>(ks, vs, jt, j1, k0, qa, o, m, l, softcap, lane);
     }
+#endif
     l += __shfl_xor_sync(FULL_MASK, l, 1);
     l += __shfl_xor_sync(FULL_MASK, l, 2);
 
@@ -181,4 +267,44 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         merge_warps_store<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), i / DV, i % DV,
                                            (i64)t * H + hk * G + i / DV, nsplit, s, single, lane, out, xq, xs,
                                            part_ml, part_acc);
+#if BW24_DEC_MMA_FUSE
+    if (single) return;  // this block wrote the output itself
+    __shared__ bool last;
+    __shared__ float fw[G][DM_FUSE_SPLITS], fl[G][DM_FUSE_SPLITS], fm[G];
+    if (!last_arrival(tickets + (i64)t * gridDim.x + hk, live, last)) return;  // per (token, kv head)
+    const i64 h0 = (i64)t * H + hk * G;  // the first of the kv head's q heads, as a row of out
+    for (int gg = w; gg < G; gg += DM_WARPS) {  // each head's max over its live splits (exact in any order)
+        float M = -INFINITY;
+        for (int u = lane; u < live; u += 32) M = fmaxf(M, __ldcg(part_ml + 2 * ((h0 + gg) * nsplit + u)));
+        M = warp_max(M);
+        if (lane == 0) fm[gg] = M;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * live; i += DM_WARPS * 32) {  // combine_head's weights, per head and split
+        const int gg = i / live, u = i % live;
+        const i64 r = (h0 + gg) * nsplit + u;
+        const float f = expf(__ldcg(part_ml + 2 * r) - fm[gg]);
+        fw[gg][u] = f;
+        fl[gg][u] = __ldcg(part_ml + 2 * r + 1) * f;
+    }
+    __syncthreads();
+#ifdef BW24_PLANTED_DECFUSE  // kernel_check canary: the fused pass 2 drops each row's last live split
+    const int nl = live - 1;
+#else
+    const int nl = live;
+#endif
+    for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32) {  // G x DV % 32 == 0: whole warps, whole groups
+        const int gg = i / DV, d = i % DV;
+        const float* ab = part_acc + (h0 + gg) * nsplit * DV + d;
+        float L = 0.f, A = 0.f;
+#pragma unroll 16
+        for (int u = 0; u < nl; ++u) {
+            L += fl[gg][u];
+            A = fmaf(__ldcg(ab + (i64)u * DV), fw[gg][u], A);
+        }
+        const i64 o = (h0 + gg) * DV + d;
+        out[o] = A / L;
+        if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
+    }
+#endif
 }

@@ -248,6 +248,23 @@ def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int
     return (0 if v == DEC_MMA_ALL else v) if ok else None
 
 
+DEC_MMA_TILE = 64  # keys a tile of attention_dec_mma.cu (DM_KT)
+DEC_FUSE_SPLITS = 72  # the most grid splits attn_dec_mma's fused pass 2 stages weights for (its DM_FUSE_SPLITS)
+
+
+def dec_fuse_applies(cu, frm: int | None, run_mma: bool, ns: int) -> bool:
+    """attn_dec_mma combines its own rows (BW24_ATTN_DEC_FUSE, CudaOps.attn_dec_fuse; attention_dec_mma.cu
+    BW24_DEC_MMA_FUSE, why there): where it launches and the grid's splits fit its staged weights. A function of
+    the geometry, never of T: every launch holding a row treats it alike."""
+    return frm is not None and run_mma and bool(getattr(cu, "attn_dec_fuse", False)) and ns <= DEC_FUSE_SPLITS
+
+
+def dec_pipe_smem(D: int, Dv: int) -> int:
+    """Dynamic shared memory attn_dec_mma takes with BW24_ATTN_DEC_PIPE (CudaOps.attn_dec_pipe): two stages of a
+    64-key tile's K and V rows of float16, each row padded by 8 halves (attention_dec_mma.cu's KP, VP)."""
+    return 2 * DEC_MMA_TILE * ((D + 8) + (Dv + 8)) * 2
+
+
 def dec_mma_launches(cu, frm: int | None, T: int, window) -> tuple[bool, bool]:
     """(attn_split, attn_dec_mma) launches a call with BW24_ATTN_DEC_MMA needs. Each returns at once for the
     other's rows, so a launch is skipped where it has no row: with `all` (frm 0) attn_split; inside a depth class
@@ -310,22 +327,32 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                     np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
                     *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
+    mma_fuse = dec_fuse_applies(cu, frm, run_mma, ns)
     if run_mma:  # the rows over frm live keys: pass 1 on tensor cores, every kv head's G q heads in one block
-        cu._launch(cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
+        mname = f"attn_dec_mma<{D},{Dv},{G},{ch}>"
+        # with its pass 2 inside: a ticket per (token, kv head), zeroed once and re-armed by the kernel
+        mtk = cu._buf("attn_mma_tickets", max(T, 16) * max(Hkv, 8), np.int32, zeroed=True) if mma_fuse else NULL
+        cu._launch(cu._k_with("attention_dec_mma.cu", mname, (("BW24_DEC_MMA_FUSE", 1),)) if mma_fuse
+                   else cu._k("attention_dec_mma.cu", mname), (Hkv, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs))
-    if fused:
+                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs, mtk),
+                   shared_mem=dec_pipe_smem(D, Dv) if getattr(cu, "attn_dec_pipe", False) else 0)
+    if fused or (mma_fuse and not run_split):  # every row's pass 2 done inside pass 1
         if quant:
             q8.mark_ready(cu, rows)
         return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
-    cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,
+    # (with the mma kernel's fused pass 2, attn_combine returns for its rows)
+    comb = cu._k_with("attention.cu", "attn_combine", (("BW24_ATTN_COMBINE_FROM", frm),)) if mma_fuse else \
+        cu._k("attention.cu", "attn_combine")
+    cu._launch(comb, (H, T), block,
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out, xq, xs))
     if quant:
         q8.mark_ready(cu, rows)
 
 
 __all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "FEW_KV_HEADS", "MANY_Q_HEADS", "DEPTH_DEFAULT",
-           "DEC_MMA_ALL", "DEC_MMA_KEYS", "DEC_MMA_MIN_G", "dec_mma_default", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
+           "DEC_MMA_ALL", "DEC_MMA_KEYS", "DEC_MMA_MIN_G", "DEC_MMA_TILE", "DEC_FUSE_SPLITS", "dec_fuse_applies",
+           "dec_mma_default", "dec_pipe_smem", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
            "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
            "split_units"]

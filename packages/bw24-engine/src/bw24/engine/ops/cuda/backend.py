@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from bw24.runtime.launch import SMEM_DEFAULT_LIMIT, allow_dynamic_shared
 
 from ...errors import UnsupportedModelError
 from ..base import ACTIVATIONS, ROPE_MODES, Ops, check_qk_norm
@@ -302,6 +303,16 @@ class CudaOps(Ops):
     # still equal decode rows.
     attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA")
     attn_dec_mma = 0  # the value __init__ checked (until a model's policy sets its default)
+    # That kernel's tiles through two stages of shared memory by cp.async, the next tile's copies in flight during
+    # this one's math (attention_dec_mma.cu BW24_DEC_MMA_PIPE, why there; the same bits). BW24_ATTN_DEC_PIPE=1;
+    # perf rows record "attn_dec_pipe". Opt-in until measured; it matters where a split holds several 64-key tiles
+    # (BW24_ATTN_DECODE=32:16 or 32:33 at depth 4096).
+    attn_dec_pipe = os.environ.get("BW24_ATTN_DEC_PIPE", "0") == "1"
+    # Pass 2 of that kernel's rows inside it: the last split block of (token, kv head) combines its G heads
+    # (attention_dec_mma.cu BW24_DEC_MMA_FUSE, why there; attn_combine's arithmetic, the same bits), where the grid
+    # has at most attn.DEC_FUSE_SPLITS splits. BW24_ATTN_DEC_FUSE=1; perf rows record "attn_dec_fuse". Opt-in until
+    # measured.
+    attn_dec_fuse = os.environ.get("BW24_ATTN_DEC_FUSE", "0") == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -427,6 +438,7 @@ class CudaOps(Ops):
                                       ("no_attn_depth", self.attn_depth_env == "0"),
                                       (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env not in (None, "0")),
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
+                                      ("attn_dec_pipe", self.attn_dec_pipe), ("attn_dec_fuse", self.attn_dec_fuse),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -547,6 +559,8 @@ class CudaOps(Ops):
                    "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),),
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
+                   "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
+                   "planted_decfuse": (("BW24_PLANTED_DECFUSE", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
         defines = tuple(d for d in planted if names_macro(file, d[0]))
@@ -558,6 +572,8 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_PIPE", 1),)
         if not self.attn_combine32 and file == "attention.cu":  # (attention.cu unrolls 32 by default)
             defines += (("BW24_COMBINE_UNROLL", 8),)
+        if self.attn_dec_pipe and file == "attention_dec_mma.cu":
+            defines += (("BW24_DEC_MMA_PIPE", 1),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
         if self.attn_fill > 1 and file == "attention.cu":
@@ -569,6 +585,8 @@ class CudaOps(Ops):
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
         """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging)."""
         self._q8_ready = None  # the launch may write any buffer: producers re-mark after launching
+        if shared_mem > SMEM_DEFAULT_LIMIT:  # (attention_dec_mma.cu's two stages: 69.6 KB)
+            allow_dynamic_shared(fn, shared_mem)
         if self.pdl and self._capturing:
             from bw24.runtime.launch import launch_pdl
 

@@ -735,6 +735,19 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     assert [x[1] for x in run(1024, **q32)][:2] == [(16, 66, 1), (8, 66, 1)]
 
 
+def _opt_in_recorded(name: str):
+    """A stand-in CudaOps (no GPU) after checking the opt-in `name`: off by default and absent from the perf rows'
+    variants, recorded under its name once on. Returned with it on."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert getattr(CudaOps, name) is False
+    ops = CudaOps.__new__(CudaOps)
+    assert name not in CudaOps.opt_in(ops)
+    setattr(ops, name, True)
+    assert name in CudaOps.opt_in(ops)
+    return ops
+
+
 def test_dec_pipe_is_recorded_built_into_its_file_alone_and_launched_with_two_stages(monkeypatch):
     """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): off by default; on, perf rows say
     attn_dec_pipe, attention_dec_mma.cu builds with BW24_DEC_MMA_PIPE (attention.cu without), the planted canary's
@@ -742,13 +755,8 @@ def test_dec_pipe_is_recorded_built_into_its_file_alone_and_launched_with_two_st
     bytes at D = 128: past the 48 KB a kernel gets unasked, so CudaOps._launch opts it in) while attn_split and
     attn_combine take none."""
     from bw24.engine.ops.cuda import attn
-    from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.attn_dec_pipe is False
-    ops = CudaOps.__new__(CudaOps)
-    assert "attn_dec_pipe" not in CudaOps.opt_in(ops)
-    ops.attn_dec_pipe = True
-    assert "attn_dec_pipe" in CudaOps.opt_in(ops)
+    ops = _opt_in_recorded("attn_dec_pipe")
     ops.pdl, ops.variant = True, ""
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
@@ -796,13 +804,8 @@ def test_dec_fuse_combines_in_the_mma_launch_where_its_splits_fit(monkeypatch):
     more splits than the fused pass 2 stages (132) keeps the separate pass 2."""
     from bw24.engine.ops.cuda import attn
     from bw24.engine.ops.cuda.attn import AttnDepth
-    from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.attn_dec_fuse is False
-    ops = CudaOps.__new__(CudaOps)
-    assert "attn_dec_fuse" not in CudaOps.opt_in(ops)
-    ops.attn_dec_fuse = True
-    assert "attn_dec_fuse" in CudaOps.opt_in(ops)
+    ops = _opt_in_recorded("attn_dec_fuse")
     ops.pdl, ops.variant = False, "planted_decfuse"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECFUSE", 1),)
     assert ops.kernel_defines("attention.cu") == ()

@@ -65,27 +65,26 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
-// One 64-key tile [jt, jt + 64) of K and V into shared rows (rows past j1 zero): by 16-byte loads through registers,
-// or (async) by cp.async, for the caller to commit and wait on.
+// One 64-key tile [jt, jt + 64) of a cache's rows of DIM halves into shared rows padded to P (rows past j1 zero):
+// by 16-byte loads through registers, or (async) by cp.async, for the caller to commit and wait on.
+template <int DIM, int P>
+__device__ __forceinline__ void dm_copy_rows(__half (*rows)[P], const __half* base, int jt, int j1, bool async) {
+    for (int idx = threadIdx.x; idx < DM_KT * DIM / 8; idx += DM_WARPS * 32) {
+        const int r = idx / (DIM / 8), x = idx % (DIM / 8), j = jt + r;
+        if (async)
+            cp_async16(&rows[r][8 * x], reinterpret_cast<const uint4*>(base + (i64)min(j, j1 - 1) * DIM) + x, j < j1);
+        else
+            *reinterpret_cast<uint4*>(&rows[r][8 * x]) =
+                j < j1 ? __ldg(reinterpret_cast<const uint4*>(base + (i64)j * DIM) + x) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// A tile's K rows, then its V rows.
 template <int D, int DV, int KP, int VP>
 __device__ __forceinline__ void dm_load_tile(__half (*ks)[KP], __half (*vs)[VP], const __half* kb, const __half* vb,
                                              int jt, int j1, bool async) {
-    for (int idx = threadIdx.x; idx < DM_KT * D / 8; idx += DM_WARPS * 32) {
-        const int r = idx / (D / 8), x = idx % (D / 8), j = jt + r;
-        if (async)
-            cp_async16(&ks[r][8 * x], reinterpret_cast<const uint4*>(kb + (i64)min(j, j1 - 1) * D) + x, j < j1);
-        else
-            *reinterpret_cast<uint4*>(&ks[r][8 * x]) =
-                j < j1 ? __ldg(reinterpret_cast<const uint4*>(kb + (i64)j * D) + x) : make_uint4(0, 0, 0, 0);
-    }
-    for (int idx = threadIdx.x; idx < DM_KT * DV / 8; idx += DM_WARPS * 32) {
-        const int r = idx / (DV / 8), x = idx % (DV / 8), j = jt + r;
-        if (async)
-            cp_async16(&vs[r][8 * x], reinterpret_cast<const uint4*>(vb + (i64)min(j, j1 - 1) * DV) + x, j < j1);
-        else
-            *reinterpret_cast<uint4*>(&vs[r][8 * x]) =
-                j < j1 ? __ldg(reinterpret_cast<const uint4*>(vb + (i64)j * DV) + x) : make_uint4(0, 0, 0, 0);
-    }
+    dm_copy_rows<D, KP>(ks, kb, jt, j1, async);
+    dm_copy_rows<DV, VP>(vs, vb, jt, j1, async);
 }
 
 // Warp w's 16 keys of the tile in shared memory (keys jt + 16w ..): scores, mask, softcap, the online softmax of

@@ -88,6 +88,7 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
         "run_gen_qwen3-30b-a3b-q4_k_m-s1_cuda_h200_abc1234_gate_sensitivity_moe_q8_moe_router.log"
     assert mod.target_name(Path("moe_decode.log"), "abc1234") == "moe_decode_h200_abc1234.log"
     assert mod.target_name(Path("overlap.log"), "abc1234") == "overlap_h200_abc1234.log"
+    assert mod.target_name(Path("attn_sweep.log"), "abc1234") == "attn_sweep_h200_abc1234.log"
     assert mod.target_name(Path("ranks_q05.json"), "abc1234") == "frspec_ranks_q05_h200_abc1234.json"
     assert mod.target_name(Path("ranks_q05.log"), "abc1234") == "frspec_ranks_q05_h200_abc1234.log"
     # the ncu stage's reports (PRESET:QUANT:DEPTH and the kernel regex in the name), under a `with` too

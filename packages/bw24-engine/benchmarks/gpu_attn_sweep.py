@@ -1,0 +1,101 @@
+"""Device time of one decode step's attention a layer at the perf cells' shapes, across the settings of the deep
+rows: attn_split against the tensor-core pass 1 (attention_dec_mma.cu), its split count (BW24_ATTN_DECODE), its
+cp.async pipe (BW24_ATTN_DEC_PIPE) and its fused pass 2 (BW24_ATTN_DEC_FUSE). The G = 8 models' d4096 perf cells
+cost ~1.5 minutes a setting (the 32B's load, llama.cpp's arm); this sweeps them all in about one.
+
+python packages/bw24-engine/benchmarks/gpu_attn_sweep.py [--depths 4096,16384] [--shapes 32b,30b-a3b,8b,0.6b]
+
+NL layers with their own float16 caches (8 kv heads x 4,160 keys x 128 dims x K and V = 17 MB a layer at 4,096
+keys; NL x that > the 60 MB L2), so K / V come from HBM as in a model. One captured graph replays the NL layers
+inside the depth class a step at that depth runs in (CudaOps.attn_class_of: at 4,096 keys the deep one, where one
+token's step launches no attn_split beside the mma kernel); median of 5 replays / NL = us a layer, and the K / V
+bytes of the live keys over that time. Every setting's output of layer 0 is compared with the first setting's of
+its shape: the pipe and the fused pass 2 must give its bits exactly (`bits` = 0), another split count or pass 1
+differ within float16 rounding (`maxrel` printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_decode_kernels import time_op  # noqa: E402  (graph-replay timing, CUDA events)
+
+NL = 16
+SHAPES = {"32b": (64, 8), "30b-a3b": (32, 4), "8b": (32, 8), "0.6b": (16, 8)}  # (q heads, kv heads), D = 128
+D = 128
+
+
+def settings(G: int) -> list[tuple[str, dict]]:
+    """(label, CudaOps attributes) in the order measured: today's default for this G first (the reference of the
+    bits), then the tensor-core pass 1's split counts, each plain, piped, fused and both."""
+    base = {"attn_dec_mma": 1024 if G >= 8 else 0, "attn_dec_pipe": False, "attn_dec_fuse": False,
+            "attn_override": None}
+    out = [("default" + (" (mma)" if G >= 8 else " (attn_split)"), base)]
+    for ns in (None, 33, 16):
+        for pipe, fuse in ((False, False), (True, False), (False, True), (True, True)):
+            if ns is None and not (pipe or fuse) and G >= 8:
+                continue  # the default row
+            label = f"mma{f' {ns} splits' if ns else ''}{' +pipe' if pipe else ''}{' +fuse' if fuse else ''}"
+            out.append((label, {**base, "attn_dec_mma": 1024, "attn_dec_pipe": pipe, "attn_dec_fuse": fuse,
+                                "attn_override": {"max_splits": ns} if ns else None}))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import cupy as cp
+    from bw24.engine.ops.cuda import CudaOps
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--depths", default="4096,16384")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--tokens", default="1,5", help="rows a step: 1 (decode), 5 (a verify)")
+    a = ap.parse_args(argv)
+    cu, rng = CudaOps(), np.random.default_rng(0)
+    print(f"{'shape':<9} {'keys':>6} {'T':>2}  {'setting':<30} {'us/layer':>9} {'TB/s':>6}  vs first")
+    for shape in a.shapes.split(","):
+        H, Hkv = SHAPES[shape]
+        G = H // Hkv
+        for depth in (int(d) for d in a.depths.split(",")):
+            S = depth + 64
+            host = [rng.standard_normal((Hkv, S, D)).astype(np.float16) for _ in range(2)]  # (one draw: the
+            caches = [tuple(cu._put(h) for h in host) for _ in range(NL)]  # L2 sees NL distinct copies)
+            for T in (int(t) for t in a.tokens.split(",")):
+                q, out = cu._put(rng.standard_normal((T, H, D)).astype(np.float32)), cu.zeros((T, H, D))
+                pos = cu._put(np.array([depth - T], np.int32))  # the last row sees `depth` keys
+                kv_bytes = NL * 2 * Hkv * depth * D * 2
+                first = None
+                for label, attrs in settings(G):
+                    saved = {k: getattr(cu, k, None) for k in attrs}  # (attn_override: unset until a config is forced)
+                    for k, v in attrs.items():
+                        setattr(cu, k, v)
+                    try:
+                        with cu.attn_class_of(depth):
+                            calls = [partial(cu.attention, q, kc, vc, pos, scale=D ** -0.5, softcap=None,
+                                             window=None, out=out) for kc, vc in caches]
+                            calls[0]()
+                            got = cp.asnumpy(out)
+                            us = time_op(cu, lambda calls=calls: [c() for c in calls], 1) / NL
+                    finally:
+                        for k, v in saved.items():
+                            setattr(cu, k, v)
+                    if first is None:
+                        first, cmp = got, "(reference)"
+                    else:
+                        same = np.array_equal(got, first)
+                        rel = float(np.max(np.abs(got - first)) / max(float(np.max(np.abs(first))), 1e-30))
+                        cmp = "bits = 0" if same else f"maxrel {rel:.1e}"
+                    print(f"{shape:<9} {depth:>6} {T:>2}  {label:<30} {us:9.2f} {kv_bytes / NL / us / 1e6:6.2f}  {cmp}",
+                          flush=True)
+            del caches
+            cp.get_default_memory_pool().free_all_blocks()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,10 +33,15 @@ D = 128
 
 def settings(G: int) -> list[tuple[str, dict]]:
     """(label, CudaOps attributes) in the order measured: today's default for this G first (the reference of the
-    bits), then the tensor-core pass 1's split counts, each plain, piped, fused and both."""
+    bits), attn_split with its own fused pass 2 (BW24_ATTN_FUSE), then the tensor-core pass 1's split counts, each
+    plain, piped, fused and both."""
     base = {"attn_dec_mma": 1024 if G >= 8 else 0, "attn_dec_pipe": False, "attn_dec_fuse": False,
-            "attn_override": None}
+            "attn_override": None, "attn_fuse": None}
     out = [("default" + (" (mma)" if G >= 8 else " (attn_split)"), base)]
+    split = {**base, "attn_dec_mma": 0}
+    if G >= 8:
+        out.append(("attn_split", split))
+    out.append(("attn_split +fused pass 2", {**split, "attn_fuse": True}))  # (BW24_ATTN_FUSE: its last block, head by head)
     for ns in (None, 33, 16):
         for pipe, fuse in ((False, False), (True, False), (False, True), (True, True)):
             if ns is None and not (pipe or fuse) and G >= 8:

@@ -36,12 +36,13 @@ def settings(G: int) -> list[tuple[str, dict]]:
     bits), attn_split with its own fused pass 2 (BW24_ATTN_FUSE), then the tensor-core pass 1's split counts, each
     plain, piped, fused and both."""
     base = {"attn_dec_mma": 1024 if G >= 8 else 0, "attn_dec_pipe": False, "attn_dec_fuse": False,
-            "attn_override": None, "attn_fuse": None}
+            "attn_override": None, "attn_fuse": None, "attn_fuse_all": False}
     out = [("default" + (" (mma)" if G >= 8 else " (attn_split)"), base)]
     split = {**base, "attn_dec_mma": 0}
     if G >= 8:
         out.append(("attn_split", split))
     out.append(("attn_split +fused pass 2", {**split, "attn_fuse": True}))  # (BW24_ATTN_FUSE: its last block, head by head)
+    out.append(("attn_split +fused, all heads", {**split, "attn_fuse": True, "attn_fuse_all": True}))  # (.._FUSE_ALL)
     for ns in (None, 33, 16):
         for pipe, fuse in ((False, False), (True, False), (False, True), (True, True)):
             if ns is None and not (pipe or fuse) and G >= 8:

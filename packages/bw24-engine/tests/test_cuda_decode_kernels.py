@@ -834,13 +834,33 @@ def test_dec_fuse_combines_in_the_mma_launch_where_its_splits_fit(monkeypatch):
 
 
 def test_dec_fuse_splits_bound_is_the_kernels():
-    """attn.DEC_FUSE_SPLITS is the bound the kernel's staged weights are sized by (DM_FUSE_SPLITS): a grid of more
-    splits would overrun them, so the host must never fuse past it."""
+    """attn.DEC_FUSE_SPLITS is the bound the fused pass 2's staged weights are sized by (attn_chunk.cuh FUSE_SPLITS):
+    a grid of more splits would overrun them, so the host must never fuse past it."""
     import re
 
     from bw24.engine.ops.cuda import attn
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
 
+    src = (KERNEL_DIR / "attn_chunk.cuh").read_text()
+    assert int(re.search(r"#define FUSE_SPLITS (\d+)", src).group(1)) == attn.DEC_FUSE_SPLITS
     src = (KERNEL_DIR / "attention_dec_mma.cu").read_text()
-    assert int(re.search(r"#define DM_FUSE_SPLITS (\d+)", src).group(1)) == attn.DEC_FUSE_SPLITS
     assert int(re.search(r"#define DM_KT (\d+)", src).group(1)) == attn.DEC_MMA_TILE
+
+
+def test_fuse_all_reaches_the_fused_attn_split_alone(monkeypatch):
+    """BW24_ATTN_FUSE_ALL (attn_split's fused pass 2 over all its heads at once): off by default, recorded as
+    attn_fuse_all; its define goes to attn_split only where the pass 2 is fused (BW24_ATTN_FUSE / the table), so the
+    separate pass 2's launches and the default instance stay as they were; its canary's macro reaches attention.cu
+    alone."""
+    from bw24.engine.ops.cuda import attn
+
+    ops = _opt_in_recorded("attn_fuse_all")
+    ops.pdl, ops.variant = False, "planted_fuseall"
+    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FUSEALL", 1),)
+    assert ops.kernel_defines("attention_dec_mma.cu") == ()
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
+    fused_all = _attention_launches(attn_fuse=True, attn_fuse_all=True)
+    assert [(x[0], x[2]) for x in fused_all] == [("attn_split", (("BW24_ATTN_FUSE_ALL", 1),))]
+    assert [(x[0], x[2]) for x in _attention_launches(attn_fuse=True)] == [("attn_split", ())]
+    assert [(x[0], x[2]) for x in _attention_launches(attn_fuse_all=True)] == [("attn_split", ()), ("attn_combine", ())]

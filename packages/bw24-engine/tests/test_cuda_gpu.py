@@ -129,6 +129,13 @@ def test_attention_dec_fuse_cases_green_and_a_dropped_split_red():
     _green_then_red(73, "attn dec fuse", "planted_decfuse", "attn dec fuse", 9)
 
 
+def test_attention_fuse_all_cases_green_and_a_dropped_split_red():
+    """BW24_ATTN_FUSE_ALL's cases (attn_split's fused pass 2 over all its heads at once: the separate pass 2's bits,
+    the head-by-head loop past 72 splits, the int8 rows, the reference) are green; the planted variant that drops
+    each row's last live split turns the 6 whose rows take the all-heads path red."""
+    _green_then_red(79, "attn fuse all", "planted_fuseall", "attn fuse all", 6)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

@@ -688,3 +688,21 @@ def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch, helpers):
 
     assert CudaOps.moe_mm_kg == 4
     helpers.env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "1", "4", "moe_mm_kg")
+
+
+def test_fuse_all_builds_compile_and_its_canary_changes_only_the_fused_build(tmp_path, monkeypatch):
+    """attn_split with BW24_ATTN_FUSE_ALL (the fused pass 2 over all heads at once) is other code than the default
+    instance, its canary (BW24_PLANTED_FUSEALL) other code again, and the canary's macro changes nothing without it."""
+    from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = tuple(n for n in COMPILE_SET["attention.cu"] if n.startswith("attn_split<128,128,4,32"))
+    assert names
+
+    def build(**defines):
+        return compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1, **defines}, name_expressions=names).cubin
+
+    plain, fused = build(), build(BW24_ATTN_FUSE_ALL=1)
+    assert fused != plain and build(BW24_ATTN_FUSE_ALL=1, BW24_PLANTED_FUSEALL=1) != fused
+    assert build(BW24_PLANTED_FUSEALL=1) == plain

@@ -463,6 +463,7 @@ dec_pipe = _with("attn_dec_pipe", "attn_dec_mma's tiles through two cp.async sta
 
 
 dec_fuse = _with("attn_dec_fuse", "attn_dec_mma's pass 2 inside it (BW24_ATTN_DEC_FUSE).")
+fuse_all = _with("attn_fuse_all", "attn_split's fused pass 2 over all its heads at once (BW24_ATTN_FUSE_ALL).")
 
 
 def splits(n: int) -> Callable[[Case], Case]:
@@ -514,6 +515,23 @@ def dec_fuse_cases() -> Iterator[tuple[str, Case]]:
         dec_fuse(dec_mma_ref_case(128, 8, 1, 4000, 1024, Hkv=8))
     yield "attn dec fuse D=128 G=8 Hkv=4 T=3 pos=2000 from=1024 splits=16 half-KV", \
         splits(16)(dec_fuse(dec_mma_ref_case(128, 8, 3, 2000, 1024, Hkv=4)))
+
+
+def fuse_all_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_ATTN_FUSE_ALL (attn_split's fused pass 2 combining its block's heads all at once): the separate pass 2's
+    bits twice in a row at 32-63 live splits (G = 2, 4, 7 and a kv head's 8 split into blocks of 4; decode and
+    verify rows), past the 72 its weights hold (126 live splits: the head-by-head loop, still the same bits); the
+    int8 rows and the reference. The planted_fuseall canary (each row's last live split dropped) turns the 6 whose
+    rows take the all-heads path red; the one past 72 splits stays green."""
+    for D, G, Hkv, T, p0 in ((128, 4, 8, 1, 4000), (128, 2, 8, 5, 3000), (64, 7, 2, 9, 1000), (128, 8, 4, 3, 3000)):
+        yield f"attn fuse all == separate bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}", \
+            fuse_all(fused_equals_separate_case(D, G, T, p0, Hkv=Hkv))
+    yield "attn fuse all == separate bitwise D=128 G=4 Hkv=8 T=1 pos=4000 splits=132 (head by head)", \
+        splits(132)(fuse_all(fused_equals_separate_case(128, 4, 1, 4000, Hkv=8)))
+    yield "attn fuse all +q8 out D=128 G=4 Hkv=8 T=1 pos=3000 half-KV", \
+        fuse_all(fused(attn_q8_case(128, 4, 1, 3000, 8, True)))
+    yield "attn fuse all D=128 G=4 Hkv=8 T=5 pos=3000 half-KV", \
+        fuse_all(fused(attn_ref_case(128, 4, 5, 3000, Hkv=8, half=True)))
 
 
 def cases() -> Iterator[tuple[str, Case]]:
@@ -693,6 +711,7 @@ def cases() -> Iterator[tuple[str, Case]]:
         dec_mma(1024)(attn_rows_case(128, 8, 9, 1020, Hkv=4, half=True))
     yield from dec_pipe_cases()
     yield from dec_fuse_cases()
+    yield from fuse_all_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

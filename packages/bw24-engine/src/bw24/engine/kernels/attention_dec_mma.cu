@@ -44,18 +44,16 @@
 #ifndef BW24_DEC_MMA_PIPE
 #define BW24_DEC_MMA_PIPE 0
 #endif
-// BW24_DEC_MMA_FUSE (ops/cuda/attn.py, BW24_ATTN_DEC_FUSE=1 where the grid has at most DM_FUSE_SPLITS splits; opt-in
+// BW24_DEC_MMA_FUSE (ops/cuda/attn.py, BW24_ATTN_DEC_FUSE=1 where the grid has at most FUSE_SPLITS splits; opt-in
 // until measured): pass 2 of this kernel's rows inside it. The last live split block of (token, kv head) to finish
-// (last_arrival's ticket) combines its G heads, all of them at once (one output a thread, G x DV of them), with
-// attn_combine's arithmetic (combine_head: M the exact max of the live m_s, w_s = e^(m_s - M), L = sum of l_s w_s
-// and A = sum of acc_s w_s in split order, out = A / L): the same bits. attn_combine (built with
+// (last_arrival's ticket) combines its G heads, all of them at once (attn_chunk.cuh combine_heads_all: one output a
+// thread, attn_combine's arithmetic): the same bits. attn_combine (built with
 // BW24_ATTN_COMBINE_FROM) then returns for these rows, and a step of one token in a deep class launches it not at
 // all. Why: at 4,096 keys the 32B's attn_combine took 9.8 us a layer beside attn_dec_mma's 14.3 (Nsight Compute,
 // b7b8a71): 64 blocks in a chain of dependent round trips, plus a launch.
 #ifndef BW24_DEC_MMA_FUSE
 #define BW24_DEC_MMA_FUSE 0
 #endif
-#define DM_FUSE_SPLITS 72  // splits the fused pass 2 stages weights for (66: the 32B's default grid); attn.DEC_FUSE_SPLITS
 
 // 16 bytes global -> shared without registers (sm_80+); valid = false writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -269,41 +267,14 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
 #if BW24_DEC_MMA_FUSE
     if (single) return;  // this block wrote the output itself
     __shared__ bool last;
-    __shared__ float fw[G][DM_FUSE_SPLITS], fl[G][DM_FUSE_SPLITS], fm[G];
+    __shared__ float fw[G][FUSE_SPLITS], fl[G][FUSE_SPLITS], fm[G];
     if (!last_arrival(tickets + (i64)t * gridDim.x + hk, live, last)) return;  // per (token, kv head)
-    const i64 h0 = (i64)t * H + hk * G;  // the first of the kv head's q heads, as a row of out
-    for (int gg = w; gg < G; gg += DM_WARPS) {  // each head's max over its live splits (exact in any order)
-        float M = -INFINITY;
-        for (int u = lane; u < live; u += 32) M = fmaxf(M, __ldcg(part_ml + 2 * ((h0 + gg) * nsplit + u)));
-        M = warp_max(M);
-        if (lane == 0) fm[gg] = M;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * live; i += DM_WARPS * 32) {  // combine_head's weights, per head and split
-        const int gg = i / live, u = i % live;
-        const i64 r = (h0 + gg) * nsplit + u;
-        const float f = expf(__ldcg(part_ml + 2 * r) - fm[gg]);
-        fw[gg][u] = f;
-        fl[gg][u] = __ldcg(part_ml + 2 * r + 1) * f;
-    }
-    __syncthreads();
 #ifdef BW24_PLANTED_DECFUSE  // kernel_check canary: the fused pass 2 drops each row's last live split
     const int nl = live - 1;
 #else
     const int nl = live;
 #endif
-    for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32) {  // G x DV % 32 == 0: whole warps, whole groups
-        const int gg = i / DV, d = i % DV;
-        const float* ab = part_acc + (h0 + gg) * nsplit * DV + d;
-        float L = 0.f, A = 0.f;
-#pragma unroll 16
-        for (int u = 0; u < nl; ++u) {
-            L += fl[gg][u];
-            A = fmaf(__ldcg(ab + (i64)u * DV), fw[gg][u], A);
-        }
-        const i64 o = (h0 + gg) * DV + d;
-        out[o] = A / L;
-        if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
-    }
+    combine_heads_all<G, DV, DM_WARPS * 32>(part_ml, part_acc, (i64)t * H + hk * G, nsplit, live, nl, out, xq, xs, fw, fl,
+                                           fm);
 #endif
 }

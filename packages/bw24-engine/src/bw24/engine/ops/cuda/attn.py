@@ -249,7 +249,7 @@ def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int
 
 
 DEC_MMA_TILE = 64  # keys a tile of attention_dec_mma.cu (DM_KT)
-DEC_FUSE_SPLITS = 72  # the most grid splits attn_dec_mma's fused pass 2 stages weights for (its DM_FUSE_SPLITS)
+DEC_FUSE_SPLITS = 72  # the most grid splits a fused pass 2 stages weights for (attn_chunk.cuh FUSE_SPLITS)
 
 
 def dec_fuse_applies(cu, frm: int | None, run_mma: bool, ns: int) -> bool:
@@ -322,7 +322,10 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
     run_split, run_mma = dec_mma_launches(cu, frm, T, window)
     if run_split:  # (with frm: built to return for the rows over frm live keys)
-        fn = cu._k_with("attention.cu", name, (("BW24_ATTN_DEC_MMA", frm),)) if frm else cu._k("attention.cu", name)
+        # (the fused pass 2 with all its heads at once: BW24_ATTN_FUSE_ALL, CudaOps.attn_fuse_all)
+        extra = ((("BW24_ATTN_DEC_MMA", frm),) if frm else ()) + \
+            ((("BW24_ATTN_FUSE_ALL", 1),) if fused and getattr(cu, "attn_fuse_all", False) else ())
+        fn = cu._k_with("attention.cu", name, extra) if extra else cu._k("attention.cu", name)
         cu._launch(fn, (Hkv * hg, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                     np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,

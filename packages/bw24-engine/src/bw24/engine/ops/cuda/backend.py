@@ -313,6 +313,10 @@ class CudaOps(Ops):
     # has at most attn.DEC_FUSE_SPLITS splits. BW24_ATTN_DEC_FUSE=1; perf rows record "attn_dec_fuse". Opt-in until
     # measured.
     attn_dec_fuse = os.environ.get("BW24_ATTN_DEC_FUSE", "0") == "1"
+    # attn_split's fused pass 2 (BW24_ATTN_FUSE=1 or the table's fuse_combine) combining its block's heads all at
+    # once (attention.cu BW24_ATTN_FUSE_ALL, why there; the same bits) instead of one after another.
+    # BW24_ATTN_FUSE_ALL=1; perf rows record "attn_fuse_all". Opt-in until measured.
+    attn_fuse_all = os.environ.get("BW24_ATTN_FUSE_ALL", "0") == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -439,6 +443,7 @@ class CudaOps(Ops):
                                       (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env not in (None, "0")),
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("attn_dec_pipe", self.attn_dec_pipe), ("attn_dec_fuse", self.attn_dec_fuse),
+                                      ("attn_fuse_all", self.attn_fuse_all),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -561,6 +566,7 @@ class CudaOps(Ops):
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decfuse": (("BW24_PLANTED_DECFUSE", 1),),
+                   "planted_fuseall": (("BW24_PLANTED_FUSEALL", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
         defines = tuple(d for d in planted if names_macro(file, d[0]))

@@ -36,3 +36,60 @@ def test_each_shape_starts_from_its_default_and_names_each_setting_once(sweep, s
     for ns in (33, 16):
         got = {(a["attn_dec_pipe"], a["attn_dec_fuse"]) for _, a in rows if a["attn_override"] == {"max_splits": ns}}
         assert got == {(False, False), (True, False), (False, True), (True, True)}
+
+
+def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(sweep, monkeypatch, capsys):
+    """main() on a stand-in backend (no GPU): every shape x depth x T x setting is timed once, inside the depth
+    class a step at that depth takes, with that setting's attributes set and the backend's own restored after;
+    an output equal to the first setting's prints `bits = 0`, another `maxrel`."""
+    import sys
+    import types
+    from contextlib import contextmanager
+
+    import numpy as np
+
+    seen: list[tuple] = []
+
+    class FakeOps:
+        attn_dec_mma, attn_dec_pipe, attn_dec_fuse, attn_fuse, attn_fuse_all = 0, False, False, None, False
+
+        def __init__(self):
+            self.cls = None
+
+        def _put(self, a):
+            return np.array(a)
+
+        def zeros(self, shape):
+            return np.zeros(shape, np.float32)
+
+        @contextmanager
+        def attn_class_of(self, keys):
+            self.cls = "deep" if keys > 1024 else "shallow"
+            yield
+            self.cls = None
+
+        def attention(self, q, kc, vc, pos, *, scale, softcap, window, out, n_keys=None):
+            ov = getattr(self, "attn_override", None) or {}
+            seen.append((self.cls, self.attn_dec_mma, self.attn_dec_pipe, self.attn_dec_fuse, ov.get("max_splits")))
+            # the pipe and the fused pass 2 keep the bits; the path and the split count change them
+            out[...] = 1.0 + 1e-3 * (self.attn_dec_mma > 0) + 1e-4 * (ov.get("max_splits") or 0)
+
+    fake_cuda = types.ModuleType("bw24.engine.ops.cuda")
+    fake_cuda.CudaOps = FakeOps
+    fake_cp = types.ModuleType("cupy")
+    fake_cp.asnumpy = np.array
+    fake_cp.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setitem(sys.modules, "bw24.engine.ops.cuda", fake_cuda)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cp)
+    monkeypatch.setattr(sweep, "NL", 2)
+    monkeypatch.setattr(sweep, "time_op", lambda cu, fn, reps: (fn(), 2.0)[1])
+    assert sweep.main(["--depths", "4096", "--shapes", "32b,8b", "--tokens", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out[1:] if line.strip()]
+    n32, n8 = len(sweep.settings(8)), len(sweep.settings(4))
+    assert len(rows) == n32 + n8
+    assert all(s[0] == "deep" for s in seen)  # every call inside the deep class at 4,096 keys
+    assert FakeOps.attn_dec_mma == 0 and FakeOps.attn_dec_pipe is False  # class attributes untouched
+    assert "(reference)" in rows[0] and "bits = 0" in next(r for r in rows[:n32] if "mma +pipe +fuse" in r)
+    assert "maxrel" in next(r for r in rows[:n32] if "mma 16 splits +pipe" in r)
+    assert "maxrel" in next(r for r in rows[:n32] if "attn_split" in r)

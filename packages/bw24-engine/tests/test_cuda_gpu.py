@@ -136,6 +136,13 @@ def test_attention_fuse_all_cases_green_and_a_dropped_split_red():
     _green_then_red(79, "attn fuse all", "planted_fuseall", "attn fuse all", 6)
 
 
+def test_moe_router_cluster_cases_green_and_a_shifted_logit_red():
+    """BW24_MOE_ROUTER_CLUSTER's cases (a token's router rows over one thread block cluster, its barrier in place of
+    the ticket: moe_router's logits, picks and weights bit for bit) are green; the planted variant that stores each
+    logit one row on turns all 5 red."""
+    _green_then_red(83, "moe router cluster", "planted_routecl", "moe router cluster", 5)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

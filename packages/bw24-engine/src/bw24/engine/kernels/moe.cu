@@ -145,6 +145,25 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, in
 // The last block of token t to finish (common.cuh last_arrival on tickets[t], re-armed) routes it with its
 // first warp (route_token): one launch a layer fewer, and the logits' round trip through a second kernel.
 // A row's sum depends on E only, never on T: verify rows equal decode rows.
+// Router row `row` of token t (one warp): lane j sums columns 4j + 128i (float4 loads, fmaf in column order), then
+// warp_sum's butterfly (every lane holds the sum). Shared by moe_router and moe_router_cl: one row's bits.
+__device__ __forceinline__ float router_row(const float* __restrict__ w, const float* __restrict__ x, int E, int t,
+                                            int row, int lane) {
+    const float* wr = w + (i64)row * E;
+    const float* xt = x + (i64)t * E;
+    float acc = 0.f;
+#pragma unroll 8
+    for (int c = 4 * lane; c < E; c += 128) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(wr + c));
+        const float4 b = *reinterpret_cast<const float4*>(xt + c);
+        acc = fmaf(a.x, b.x, acc);
+        acc = fmaf(a.y, b.y, acc);
+        acc = fmaf(a.z, b.z, acc);
+        acc = fmaf(a.w, b.w, acc);
+    }
+    return warp_sum(acc);
+}
+
 extern "C" __global__ void moe_router(const float* __restrict__ w, const float* __restrict__ x, int E, int X,
                                       int k, int norm, float* rl, int* tickets, int* __restrict__ sel,
                                       float* __restrict__ wts) {
@@ -152,25 +171,44 @@ extern "C" __global__ void moe_router(const float* __restrict__ w, const float* 
     const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row = blockIdx.x * (blockDim.x >> 5) + warp;
     if (row < X) {
-        const float* wr = w + (i64)row * E;
-        const float* xt = x + (i64)t * E;
-        float acc = 0.f;
-#pragma unroll 8
-        for (int c = 4 * lane; c < E; c += 128) {
-            const float4 a = __ldg(reinterpret_cast<const float4*>(wr + c));
-            const float4 b = *reinterpret_cast<const float4*>(xt + c);
-            acc = fmaf(a.x, b.x, acc);
-            acc = fmaf(a.y, b.y, acc);
-            acc = fmaf(a.z, b.z, acc);
-            acc = fmaf(a.w, b.w, acc);
-        }
-        acc = warp_sum(acc);
+        const float acc = router_row(w, x, E, t, row, lane);
         if (lane == 0) rl[(i64)t * X + row] = acc;
     }
     __shared__ bool last;
     if (!last_arrival(tickets + t, (int)gridDim.x, last)) return;
     if (warp == 0) route_token(rl + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, lane);
 }
+
+// moe_router with a thread block cluster in place of the ticket (BW24_MOE_ROUTER_CLUSTER, ops/cuda/moe.py; opt-in
+// until measured; sm_90+): token t's ROUTER_CLUSTER blocks (grid (ROUTER_CLUSTER, T), blockDim 32 x ceil(X /
+// ROUTER_CLUSTER): one warp a router row) are one cluster; after their rows, the cluster's hardware barrier
+// (release / acquire at cluster scope) orders every block's logits before block 0's first warp routes them. Why: the
+// fused router stage took 7.3 us a layer against 3.7 for its matvec alone (moesweep, 441fef8): the tail after the
+// rows (each block's fence through the whole GPU, the ticket's atomic, the last block's fence) is paid on one
+// block, 48 times a token on the 30B-A3B. The same rows (router_row) and the same routing (route_token): the bits of
+// moe_router (kernel-check's "moe router cluster == ticket bitwise").
+#define ROUTER_CLUSTER 8
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+extern "C" __global__ void __cluster_dims__(ROUTER_CLUSTER, 1, 1)
+moe_router_cl(const float* __restrict__ w, const float* __restrict__ x, int E, int X, int k, int norm, float* rl,
+              int* __restrict__ sel, float* __restrict__ wts) {
+    PDL_OPEN();
+    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int row = blockIdx.x * nw + warp;
+    if (row < X) {
+        const float acc = router_row(w, x, E, t, row, lane);
+#ifdef BW24_PLANTED_ROUTECL  // kernel_check canary: each row's logit stored one row later within its block
+        const int to = min(blockIdx.x * nw + (warp + 1) % nw, X - 1);
+#else
+        const int to = row;
+#endif
+        if (lane == 0) rl[(i64)t * X + to] = acc;
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (blockIdx.x == 0 && warp == 0)
+        route_token(rl + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, lane);
+}
+#endif
 
 // ---- x staged in shared memory (moe_gu, moe_down) ------------------------------------------------
 __device__ __forceinline__ int swz(int g, int i) { return 8 * g + (i ^ (g & 7)); }

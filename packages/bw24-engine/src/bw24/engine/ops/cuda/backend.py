@@ -349,6 +349,11 @@ class CudaOps(Ops):
     # router's qmv took 3.8 us and moe_route 4.9 us a layer, 415 of the 30B-A3B's 2,415 us a token. The
     # default since 2c3a1bc (above); BW24_MOE_ROUTER=0 turns it off (perf rows "no_moe_router").
     moe_router_fuse = os.environ.get("BW24_MOE_ROUTER", "1") != "0"
+    # That launch's blocks of a token as one thread block cluster, whose hardware barrier replaces the ticket and the
+    # fences before the routing (moe.cu moe_router_cl, why there; the same bits). BW24_MOE_ROUTER_CLUSTER=1; perf rows
+    # record "moe_router_cluster". Opt-in until measured; sm_90+ (clusters), elsewhere the ticket as before.
+    moe_router_cluster_env = os.environ.get("BW24_MOE_ROUTER_CLUSTER", "0") == "1"
+    moe_router_cluster = False  # the value __init__ set from the variable and the device
     # A mixture of experts' prefill FFN as grouped GEMMs on tensor cores with the routing read on the device
     # (ops/cuda/moe_prefill.py grouped_ffn, kernels/moe_mm.cu): five launches a layer whatever the routing, no
     # host sync, so MoE chunks take prefill graphs too. At 8128fa9 the 30B-A3B's pp512 ran 85.9 ms for 46.4 ms
@@ -444,6 +449,7 @@ class CudaOps(Ops):
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("attn_dec_pipe", self.attn_dec_pipe), ("attn_dec_fuse", self.attn_dec_fuse),
                                       ("attn_fuse_all", self.attn_fuse_all),
+                                      ("moe_router_cluster", self.moe_router_cluster_env),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -542,6 +548,7 @@ class CudaOps(Ops):
         self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
+        self.moe_router_cluster = self.moe_router_cluster_env and device_info().cc >= (9, 0)  # clusters: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
         self._rope_tabs: dict[str, int] = {}  # norm.rope_table: positions built per table
 
@@ -567,6 +574,7 @@ class CudaOps(Ops):
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decfuse": (("BW24_PLANTED_DECFUSE", 1),),
                    "planted_fuseall": (("BW24_PLANTED_FUSEALL", 1),),
+                   "planted_routecl": (("BW24_PLANTED_ROUTECL", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
         defines = tuple(d for d in planted if names_macro(file, d[0]))

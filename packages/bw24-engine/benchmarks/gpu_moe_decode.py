@@ -112,23 +112,20 @@ def router_row(cu, xh: np.ndarray, rts: list, T: int) -> str:
         fused(NL - 1)
         return tuple(cu.to_host(a).tobytes() for a in (rl, sel, wts))
 
-    base, want, cells = M.ROUTER_WARPS, bits(), []
-    for w in (1, 2, 4, 8):
-        M.ROUTER_WARPS = w
-        try:
+    from bw24.engine.kernel_check import setting
+
+    want = bits()
+
+    def timed(label: str, obj, attr: str, value) -> str:
+        """The fused router with obj.<attr> = value: checked against `want` bit for bit, then timed."""
+        with setting(obj, attr, value):
             same = bits() == want
             t = time_op(cu, lambda: [fused(i) for i in range(NL)], 1) / NL if same else float("nan")
-        finally:
-            M.ROUTER_WARPS = base
-        cells.append(f"warps={w} {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)"))
-    old = getattr(cu, "moe_router_cluster", False)
-    cu.moe_router_cluster = True  # moe_router_cl (BW24_MOE_ROUTER_CLUSTER): a token's rows over one cluster
-    try:
-        same = bits() == want
-        t = time_op(cu, lambda: [fused(i) for i in range(NL)], 1) / NL if same else float("nan")
-    finally:
-        cu.moe_router_cluster = old
-    cells.append(f"cluster {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)"))
+        return f"{label} {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)")
+
+    # rows a block (moe.ROUTER_WARPS), then a token's rows over one cluster (moe_router_cl, BW24_MOE_ROUTER_CLUSTER)
+    cells = [timed(f"warps={w}", M, "ROUTER_WARPS", w) for w in (1, 2, 4, 8)]
+    cells.append(timed("cluster", cu, "moe_router_cluster", True))
     mv = time_op(cu, lambda: [cu.matmul(rts[i], x, out=rl) for i in range(NL)], 1) / NL
     rt = time_op(cu, lambda: [route() for _ in range(NL)], 1) / NL
     return "moe_router " + "  ".join(cells) + f"  |  matvec {mv:6.2f} + moe_route {rt:6.2f}"

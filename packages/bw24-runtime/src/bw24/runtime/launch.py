@@ -76,6 +76,11 @@ def pack_arg(a):
     raise TypeError(f"kernel argument of type {type(a).__name__} is not supported")
 
 
+def _fn_ptr(fn) -> int:
+    """The CUfunction of a cupy Function, or a RawKernel's."""
+    return fn.ptr if hasattr(fn, "ptr") else fn.kernel.ptr
+
+
 def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
     """fn (a cupy Function or RawKernel) launched on stream with the PDL attribute."""
     vals = [pack_arg(a) for a in args]
@@ -85,8 +90,7 @@ def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
     g = tuple(grid) + (1,) * (3 - len(grid))
     cfg = _Config(g[0], g[1], g[2], int(block), 1, 1, int(shared_mem), ctypes.c_void_p(stream.ptr),
                   ctypes.pointer(attr), 1)
-    ptr = fn.ptr if hasattr(fn, "ptr") else fn.kernel.ptr  # cupy Function, or a RawKernel's
-    rc = _cuda().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(ptr), params, None)
+    rc = _cuda().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(_fn_ptr(fn)), params, None)
     if rc != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {rc}")
 
@@ -99,11 +103,10 @@ def allow_dynamic_shared(fn, nbytes: int) -> None:
     """Let fn (a cupy Function or RawKernel) launch with nbytes of dynamic shared memory: past 48 KB a kernel must
     opt in (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES) or its launch fails. Once a function and size; call
     it before a graph capture records the launch."""
-    ptr = fn.ptr if hasattr(fn, "ptr") else fn.kernel.ptr
+    ptr = _fn_ptr(fn)
     if nbytes <= SMEM_DEFAULT_LIMIT or _DYN_SMEM.get(ptr, 0) >= nbytes:
         return
     from cupy_backends.cuda.api import driver
 
     driver.funcSetAttribute(ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
     _DYN_SMEM[ptr] = int(nbytes)
-

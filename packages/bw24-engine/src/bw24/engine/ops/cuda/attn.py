@@ -325,8 +325,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         # (the fused pass 2 with all its heads at once: BW24_ATTN_FUSE_ALL, CudaOps.attn_fuse_all)
         extra = ((("BW24_ATTN_DEC_MMA", frm),) if frm else ()) + \
             ((("BW24_ATTN_FUSE_ALL", 1),) if fused and getattr(cu, "attn_fuse_all", False) else ())
-        fn = cu._k_with("attention.cu", name, extra) if extra else cu._k("attention.cu", name)
-        cu._launch(fn, (Hkv * hg, ns, T), 128,
+        cu._launch(cu._k_with("attention.cu", name, extra), (Hkv * hg, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                     np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
                     *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
@@ -335,8 +334,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         mname = f"attn_dec_mma<{D},{Dv},{G},{ch}>"
         # with its pass 2 inside: a ticket per (token, kv head), zeroed once and re-armed by the kernel
         mtk = cu._buf("attn_mma_tickets", max(T, 16) * max(Hkv, 8), np.int32, zeroed=True) if mma_fuse else NULL
-        cu._launch(cu._k_with("attention_dec_mma.cu", mname, (("BW24_DEC_MMA_FUSE", 1),)) if mma_fuse
-                   else cu._k("attention_dec_mma.cu", mname), (Hkv, ns, T), 128,
+        cu._launch(cu._k_with("attention_dec_mma.cu", mname, (("BW24_DEC_MMA_FUSE", 1),) if mma_fuse else ()),
+                   (Hkv, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                     np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs, mtk),
                    shared_mem=dec_pipe_smem(D, Dv) if getattr(cu, "attn_dec_pipe", False) else 0)
@@ -346,9 +345,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
     # (with the mma kernel's fused pass 2, attn_combine returns for its rows)
-    comb = cu._k_with("attention.cu", "attn_combine", (("BW24_ATTN_COMBINE_FROM", frm),)) if mma_fuse else \
-        cu._k("attention.cu", "attn_combine")
-    cu._launch(comb, (H, T), block,
+    cu._launch(cu._k_with("attention.cu", "attn_combine", (("BW24_ATTN_COMBINE_FROM", frm),) if mma_fuse else ()),
+               (H, T), block,
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out, xq, xs))
     if quant:
         q8.mark_ready(cu, rows)

@@ -97,15 +97,14 @@ def router_launch(ops, router, x, n_used: int, norm_weights: bool, rl, sel, wts)
     (up to 32 x ROUTER_CLUSTER rows: a block's warps are its rows; wider routers keep the ticket)."""
     T, E = x.shape
     X = router.n
+    head = (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), rl)
     if getattr(ops, "moe_router_cluster", False) and X <= 32 * ROUTER_CLUSTER:  # (blocks of at most 1,024 threads)
         ops._launch(ops._k("moe.cu", "moe_router_cl"), (ROUTER_CLUSTER, T), 32 * math.ceil(X / ROUTER_CLUSTER),
-                    (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)),
-                     rl, sel, wts))
+                    (*head, sel, wts))
         return
     tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
     ops._launch(ops._k("moe.cu", "moe_router"), (math.ceil(X / ROUTER_WARPS), T), 32 * ROUTER_WARPS,
-                (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)),
-                 rl, tickets, sel, wts))
+                (*head, tickets, sel, wts))
 
 
 def xs_floats(K: int) -> int:

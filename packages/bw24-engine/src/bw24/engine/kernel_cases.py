@@ -354,17 +354,22 @@ def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int |
 ROUTER_REAL = 1.0
 
 
+def router_weight(tag: str, rng, X: int, E: int, router_std: float | None = None) -> FakeTensor:
+    """A MoE layer's random F32 router [X, E]: standard normal, or with router_std times router_std / sqrt(E), so
+    unit-normal inputs give logits of that standard deviation."""
+    router = _weight(Q.F32, X, E, rng, tag + "router")
+    if router_std is None:
+        return router
+    raw = (router.raw.view(np.float32) * np.float32(router_std / E ** 0.5)).astype(np.float32)
+    return FakeTensor(router.name, raw.view(np.uint8).reshape(-1), Q.F32, (X, E))
+
+
 def moe_weights(tag: str, rng, X: int, E: int, F: int, qt, down_qt, up_qt=None,
                 router_std: float | None = None) -> list[FakeTensor]:
-    """A MoE layer's random weights: the F32 router [X, E] (standard normal; with router_std, times router_std /
-    sqrt(E), so unit-normal inputs give logits of that standard deviation), stacked gate / up [X, F, E] and down
+    """A MoE layer's random weights: the F32 router [X, E] (router_weight), stacked gate / up [X, F, E] and down
     [X, E, F]."""
     up_qt = up_qt or qt
-    router = _weight(Q.F32, X, E, rng, tag + "router")
-    if router_std is not None:
-        raw = (router.raw.view(np.float32) * np.float32(router_std / E ** 0.5)).astype(np.float32)
-        router = FakeTensor(router.name, raw.view(np.uint8).reshape(-1), Q.F32, (X, E))
-    return [router,
+    return [router_weight(tag, rng, X, E, router_std),
             FakeTensor(tag + "gate_exps", random_raw(qt, X * F, E, rng), qt, (X, F, E)),
             FakeTensor(tag + "up_exps", random_raw(up_qt, X * F, E, rng), up_qt, (X, F, E)),
             FakeTensor(tag + "down_exps", random_raw(down_qt, X * E, F, rng), down_qt, (X, E, F))]
@@ -393,7 +398,7 @@ def router_cluster_case(T: int, X: int, E: int, k: int, norm: bool) -> Case:
     def run(name, ref, cu, rng):
         from .ops.cuda.moe import router_launch
 
-        router = cu.load_weight(moe_weights(f"{name}:", rng, X, E, 32, Q.Q8_0, Q.Q8_0, router_std=ROUTER_REAL)[0])
+        router = cu.load_weight(router_weight(f"{name}:", rng, X, E, ROUTER_REAL))
         x = _dev(cu, rng.standard_normal((T, E)).astype(np.float32))
         got = []
         for on in (False, True, True):

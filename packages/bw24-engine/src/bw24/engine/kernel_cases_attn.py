@@ -120,6 +120,11 @@ pipe = _with("attn_pipe", "The next round's loads ahead of the math (BW24_ATTN_P
 combine32 = _with("attn_combine32", "Pass 2's loop over the splits unrolled 32 (BW24_ATTN_COMBINE32).")
 
 
+def splits(n: int) -> Callable[[Case], Case]:
+    """A wrapper running a case with the grid's splits forced to n (as BW24_ATTN_DECODE=32:n does)."""
+    return _with("attn_override", "", {"max_splits": n})
+
+
 def min_blocks(n: int) -> Callable[[Case], Case]:
     """A wrapper running a case with BW24_ATTN_MIN_BLOCKS=n (cu.attn_min_blocks: attn_split built for n blocks an
     SM)."""
@@ -178,15 +183,13 @@ def same_bits_case(attr: str, D, G, T, p0, window=None, softcap=None, Hkv=2, hal
     return run
 
 
-def bitwise_case(attr: str, values: tuple, D, G, T, p0, Hkv, half, window, fuse, splits=None) -> tuple[str, Case]:
+def bitwise_case(attr: str, values: tuple, D, G, T, p0, Hkv, half, window, fuse) -> tuple[str, Case]:
     """(the name's tail, the case) of an opt-in attention path whose bits must equal the plain kernel's:
-    same_bits_case at `values` twice in a row, a kv head's 8 q heads split (G = 8), the grid's splits forced
-    where `splits` is given."""
+    same_bits_case at `values` twice in a row, a kv head's 8 q heads split (G = 8)."""
     case = same_bits_case(attr, D, G, T, p0, window, None, Hkv, half, fuse, reps=2, values=values)
     case = split_heads(case) if G == 8 else case
-    case = _with("attn_override", "", {"max_splits": splits})(case) if splits else case
     return (f"D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}{f' window={window}' if window else ''}"
-            f"{' fused' if fuse else ''}{f' splits={splits}' if splits else ''}"), case
+            f"{' fused' if fuse else ''}"), case
 
 
 def split_heads_equal_case(D, G, T, p0, Hkv=4, half=True, fuse=False, window=None, per: int | None = None) -> Case:
@@ -466,11 +469,6 @@ dec_fuse = _with("attn_dec_fuse", "attn_dec_mma's pass 2 inside it (BW24_ATTN_DE
 fuse_all = _with("attn_fuse_all", "attn_split's fused pass 2 over all its heads at once (BW24_ATTN_FUSE_ALL).")
 
 
-def splits(n: int) -> Callable[[Case], Case]:
-    """A wrapper running a case with the grid's splits forced to n (as BW24_ATTN_DECODE=32:n does)."""
-    return _with("attn_override", "", {"max_splits": n})
-
-
 def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
     """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): the plain kernel's bits, twice in a
     row, at splits of 1 to 4 tiles of 64 keys (the grid forced to 16 or 33 splits at depth, or the default one-tile
@@ -697,7 +695,7 @@ def cases() -> Iterator[tuple[str, Case]]:
         short(128)(dec_mma_ref_case(128, 4, 1, 100, 32, Hkv=8))
     # a split of 4 tiles (the grid forced to 16 splits: 256 keys a split), each warp's state carried across tiles
     yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=4000 from=1024 splits=16 half-KV", \
-        _with("attn_override", "", {"max_splits": 16})(dec_mma_ref_case(128, 4, 1, 4000, 1024, Hkv=8))
+        splits(16)(dec_mma_ref_case(128, 4, 1, 4000, 1024, Hkv=8))
     # `all` (DEC_MMA_ALL): every row on tensor cores, attn_split not launched: a one-split row of 11 keys, and
     # verify rows of a kv head's 8 q heads in one split up to 128 keys
     yield "attn dec mma D=128 G=4 Hkv=8 T=1 pos=10 all half-KV", dec_mma_ref_case(128, 4, 1, 10, DEC_MMA_ALL, Hkv=8)

@@ -339,24 +339,19 @@ def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, m
                        name_expressions=names)
     assert ck.cubin[:4] == b"\x7fELF" and ck.cubin != plain.cubin
     names = COMPILE_SET["attention_dec_mma.cu"]
-    prod = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1}, name_expressions=names)
-    bad = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_DECMMA": 1},
-                        name_expressions=names)
+
+    def mma(**defines):
+        return compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1, **defines},
+                             name_expressions=names)
+
+    prod, bad = mma(), mma(BW24_PLANTED_DECMMA=1)
     assert set(bad.lowered) == set(names) and bad.cubin != prod.cubin
     # the cp.async pipe (BW24_DEC_MMA_PIPE) is other code; its canary changes the pipe and nothing without it
-    pipe = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1},
-                         name_expressions=names)
-    bad_pipe = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a",
-                             {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_PLANTED_DECPIPE": 1}, name_expressions=names)
-    idle = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_DECPIPE": 1},
-                         name_expressions=names)
+    pipe, bad_pipe = mma(BW24_DEC_MMA_PIPE=1), mma(BW24_DEC_MMA_PIPE=1, BW24_PLANTED_DECPIPE=1)
     assert set(pipe.lowered) == set(names) and pipe.cubin != prod.cubin and bad_pipe.cubin != pipe.cubin
-    assert idle.cubin == prod.cubin
+    assert mma(BW24_PLANTED_DECPIPE=1).cubin == prod.cubin
     # the fused pass 2 (BW24_DEC_MMA_FUSE) and its canary; attn_combine built to leave the mma rows to it
-    fuse = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", {"BW24_PDL": 1, "BW24_DEC_MMA_FUSE": 1},
-                         name_expressions=names)
-    bad_fuse = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a",
-                             {"BW24_PDL": 1, "BW24_DEC_MMA_FUSE": 1, "BW24_PLANTED_DECFUSE": 1}, name_expressions=names)
+    fuse, bad_fuse = mma(BW24_DEC_MMA_FUSE=1), mma(BW24_DEC_MMA_FUSE=1, BW24_PLANTED_DECFUSE=1)
     assert fuse.cubin not in (prod.cubin, pipe.cubin) and bad_fuse.cubin != fuse.cubin
     comb = compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1}, name_expressions=())
     comb_from = compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1, "BW24_ATTN_COMBINE_FROM": 1024},

@@ -133,10 +133,14 @@ class Emu:
             assert tickets[t] == 0  # re-armed by the last block
 
     def moe_router_cl(self, tp, grid, block, args, smem):
-        """moe_router over one cluster of ROUTER_CLUSTER blocks a token (one warp a row, ceil(X / 8) a block), no
-        ticket: the same rows (router_row), then block 0 routes."""
+        """moe_router over one cluster of ROUTER_CLUSTER blocks a token (min(ROUTER_CL_WARPS, ceil(X / 8)) warps a
+        block, warp g of the cluster rows g, g + 8 x warps, ...), no ticket: every row once (router_row), then
+        block 0 routes."""
         w, x, E, X, k, norm, rl, sel, wts = args
-        assert grid[0] == M.ROUTER_CLUSTER and block == 32 * -(-X // M.ROUTER_CLUSTER) <= 1024
+        nw = block // 32
+        assert grid[0] == M.ROUTER_CLUSTER and block == 32 * nw and nw == min(M.ROUTER_CL_WARPS, -(-X // grid[0]))
+        rows = sorted(r for b in range(grid[0]) for wp in range(nw) for r in range(b * nw + wp, X, grid[0] * nw))
+        assert rows == list(range(X)), "the kernel's row loop must take every router row exactly once"
         for t in range(grid[1]):
             self._router_rows(w.w, x, E, X, t, rl)
             self.moe_route((), (t + 1,), 32, (rl, X, k, norm, sel, wts), 0, first=t)
@@ -499,9 +503,10 @@ def test_fused_router_is_one_launch_with_the_reference_routing(moe_q8):
 
 def test_cluster_router_is_one_launch_a_cluster_with_the_tickets_routing():
     """BW24_MOE_ROUTER_CLUSTER (CudaOps.moe_router_cluster): the fused router as moe_router_cl, grid (ROUTER_CLUSTER,
-    T) with a warp a row, no ticket, and the same routing and output as the ticket's launch; a router of more rows
-    than a cluster's blocks hold (32 x 8) keeps the ticket. Off by default, recorded as moe_router_cluster, its
-    canary's macro in moe.cu alone."""
+    T) with up to ROUTER_CL_WARPS warps a block, no ticket, and the same routing and output as the ticket's launch;
+    a router of more rows than a cluster's warps takes them in turn in blocks of 8 warps (at 1aeef0e a block had a
+    warp a row: 16 warps of 166 registers for the 30B-A3B's 128 rows, and the launch failed). Off by default,
+    recorded as moe_router_cluster, its canary's macro in moe.cu alone."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     rng = np.random.default_rng(29)
@@ -517,13 +522,14 @@ def test_cluster_router_is_one_launch_a_cluster_with_the_tickets_routing():
     assert cluster.launches[names.index("moe_router_cl")][1:3] == ((8, T), (160,))  # 5 rows a block
     np.testing.assert_array_equal(cluster.scratch["moe_sel"][: T * k], ticket.scratch["moe_sel"][: T * k])
     np.testing.assert_array_equal(got, want)
-    # 300 rows: 38 a block would pass 1,024 threads; the ticket's launch
+    # 300 rows: 8 warps a block, each warp 4 or 5 rows in turn; the 30B-A3B's 128: 8 warps, 2 rows each
     wide = SimpleNamespace(moe_router_cluster=True, launches=[])
     wide._buf = lambda key, n, dtype=np.float32, zeroed=False: np.zeros(n, dtype)
     wide._k = lambda f, n: n
     wide._launch = lambda fn, grid, block, args, shared_mem=0: wide.launches.append((fn, grid, block))
     M.router_launch(wide, SimpleNamespace(n=300, args=lambda: (None,)), np.zeros((1, 256), f32), 8, True, *(None,) * 3)
-    assert wide.launches == [("moe_router", (75, 1), 128)]
+    M.router_launch(wide, SimpleNamespace(n=128, args=lambda: (None,)), np.zeros((1, 256), f32), 8, True, *(None,) * 3)
+    assert wide.launches == [("moe_router_cl", (8, 1), 256), ("moe_router_cl", (8, 1), 256)]
     assert CudaOps.moe_router_cluster is False and CudaOps.moe_router_cluster_env is False
     ops = CudaOps.__new__(CudaOps)
     assert "moe_router_cluster" not in CudaOps.opt_in(ops)

@@ -180,25 +180,28 @@ extern "C" __global__ void moe_router(const float* __restrict__ w, const float* 
 }
 
 // moe_router with a thread block cluster in place of the ticket (BW24_MOE_ROUTER_CLUSTER, ops/cuda/moe.py; opt-in
-// until measured; sm_90+): token t's ROUTER_CLUSTER blocks (grid (ROUTER_CLUSTER, T), blockDim 32 x ceil(X /
-// ROUTER_CLUSTER): one warp a router row) are one cluster; after their rows, the cluster's hardware barrier
-// (release / acquire at cluster scope) orders every block's logits before block 0's first warp routes them. Why: the
-// fused router stage took 7.3 us a layer against 3.7 for its matvec alone (moesweep, 441fef8): the tail after the
-// rows (each block's fence through the whole GPU, the ticket's atomic, the last block's fence) is paid on one
-// block, 48 times a token on the 30B-A3B. The same rows (router_row) and the same routing (route_token): the bits of
-// moe_router (kernel-check's "moe router cluster == ticket bitwise").
+// until measured; sm_90+): token t's ROUTER_CLUSTER blocks (grid (ROUTER_CLUSTER, T), blockDim 32 x min(ROUTER_CL_WARPS,
+// ceil(X / ROUTER_CLUSTER))) are one cluster; warp g of the cluster (blockIdx.x * warps + warp) sums router rows g,
+// g + ROUTER_CLUSTER * warps, ...; after the rows, the cluster's hardware barrier (release / acquire at cluster
+// scope) orders every block's logits before block 0's first warp routes them. Why: the fused router stage took
+// 7.3 us a layer against 3.7 for its matvec alone (moesweep, 441fef8): the tail after the rows (each block's fence
+// through the whole GPU, the ticket's atomic, the last block's fence) is paid on one block, 48 times a token on the
+// 30B-A3B. The same rows (router_row: a row is one warp's, whatever the warp) and the same routing (route_token):
+// the bits of moe_router (kernel-check's "moe router cluster == ticket bitwise"). Why the warps are capped: the
+// kernel holds 166 registers a thread (route_token), so 16 warps a block (one a row of the 30B-A3B's 128) asked
+// for 85k of a block's 64k registers and the launch failed at 1aeef0e; 8 warps take 43k.
 #define ROUTER_CLUSTER 8
+#define ROUTER_CL_WARPS 8
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(ROUTER_CLUSTER, 1, 1)
+extern "C" __global__ void __cluster_dims__(ROUTER_CLUSTER, 1, 1) __launch_bounds__(32 * ROUTER_CL_WARPS)
 moe_router_cl(const float* __restrict__ w, const float* __restrict__ x, int E, int X, int k, int norm, float* rl,
               int* __restrict__ sel, float* __restrict__ wts) {
     PDL_OPEN();
     const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int row = blockIdx.x * nw + warp;
-    if (row < X) {
+    for (int row = blockIdx.x * nw + warp; row < X; row += ROUTER_CLUSTER * nw) {
         const float acc = router_row(w, x, E, t, row, lane);
-#ifdef BW24_PLANTED_ROUTECL  // kernel_check canary: each row's logit stored one row later within its block
-        const int to = min(blockIdx.x * nw + (warp + 1) % nw, X - 1);
+#ifdef BW24_PLANTED_ROUTECL  // kernel_check canary: each row's logit stored one row on (row 0's never written)
+        const int to = min(row + 1, X - 1);
 #else
         const int to = row;
 #endif

@@ -85,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
                             calls = [partial(cu.attention, q, kc, vc, pos, scale=D ** -0.5, softcap=None,
                                              window=None, out=out) for kc, vc in caches]
                             calls[0]()
-                            got = cp.asnumpy(out)
+                            # on cu's stream (non-blocking): at 1aeef0e cp.asnumpy read `out` on the legacy default
+                            # stream, which does not wait for it, so a row could show the last setting's output or
+                            # the zeros it was born with (each shape's 16,384-key T = 5 reference came back all
+                            # zeros: "maxrel 6e+28" on every other setting); the bits column was not evidence
+                            got = cu.to_host(out)
                             us = time_op(cu, lambda calls=calls: [c() for c in calls], 1) / NL
                     finally:
                         for k, v in saved.items():

@@ -41,7 +41,9 @@ def test_each_shape_starts_from_its_default_and_names_each_setting_once(sweep, s
 def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(sweep, monkeypatch, capsys):
     """main() on a stand-in backend (no GPU): every shape x depth x T x setting is timed once, inside the depth
     class a step at that depth takes, with that setting's attributes set and the backend's own restored after;
-    an output equal to the first setting's prints `bits = 0`, another `maxrel`."""
+    an output equal to the first setting's prints `bits = 0`, another `maxrel`. The stand-in's launches run only
+    when its stream is read through to_host (a non-blocking stream): at 1aeef0e the sweep read with cp.asnumpy,
+    which does not wait, and its reference rows came back as zeros on the H200."""
     import sys
     import types
     from contextlib import contextmanager
@@ -55,6 +57,12 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
 
         def __init__(self):
             self.cls = None
+            self.queued: list = []  # launched, not yet run: a stream only to_host waits for
+
+        def to_host(self, a):
+            while self.queued:
+                self.queued.pop(0)()
+            return np.array(a)
 
         def _put(self, a):
             return np.array(a)
@@ -72,12 +80,13 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
             ov = getattr(self, "attn_override", None) or {}
             seen.append((self.cls, self.attn_dec_mma, self.attn_dec_pipe, self.attn_dec_fuse, ov.get("max_splits")))
             # the pipe and the fused pass 2 keep the bits; the path and the split count change them
-            out[...] = 1.0 + 1e-3 * (self.attn_dec_mma > 0) + 1e-4 * (ov.get("max_splits") or 0)
+            value = 1.0 + 1e-3 * (self.attn_dec_mma > 0) + 1e-4 * (ov.get("max_splits") or 0)
+            self.queued.append(lambda: out.__setitem__(..., value))
 
     fake_cuda = types.ModuleType("bw24.engine.ops.cuda")
     fake_cuda.CudaOps = FakeOps
     fake_cp = types.ModuleType("cupy")
-    fake_cp.asnumpy = np.array
+    fake_cp.asnumpy = np.array  # (the default stream: reads what the queue has not written yet, as at 1aeef0e)
     fake_cp.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
     monkeypatch.setitem(sys.modules, "bw24.engine.ops.cuda", fake_cuda)
     monkeypatch.setitem(sys.modules, "cupy", fake_cp)

@@ -11,13 +11,17 @@ inside the depth class a step at that depth runs in (CudaOps.attn_class_of: at 4
 token's step launches no attn_split beside the mma kernel); median of 5 replays / NL = us a layer, and the K / V
 bytes of the live keys over that time. Every setting's output of layer 0 is compared with the first setting's of
 its shape: the pipe and the fused pass 2 must give its bits exactly (`bits` = 0), another split count or pass 1
-differ within float16 rounding (`maxrel` printed).
+differ within float16 rounding (`maxrel` printed). `no comb`: the same replay with attn_combine's launches dropped
+(`without`), so us/layer minus it is what pass 2 as its own launch adds to the step (a fused pass 2 launches none).
+Why: at 1aeef0e the 32B's d4096 attention took 15.4 us a layer at 33 splits with the pipe, three times its bytes'
+time, and the split between the two launches decides what to build next.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -53,6 +57,21 @@ def settings(G: int) -> list[tuple[str, dict]]:
     return out
 
 
+@contextmanager
+def without(cu, names: set[str]):
+    """cu with its launches of the kernels named `names` dropped (instance attributes over the backend's _k_with
+    and _launch, removed after): a replay of the rest of the step. Launches are built through _k_with (_k calls
+    it too), so a dropped kernel is one whose name is asked for there."""
+    skip = object()
+    k_with, launch = cu._k_with, cu._launch
+    cu._k_with = lambda file, name, extra: skip if name in names else k_with(file, name, extra)
+    cu._launch = lambda fn, *a, **kw: None if fn is skip else launch(fn, *a, **kw)
+    try:
+        yield
+    finally:
+        del cu._k_with, cu._launch
+
+
 def main(argv: list[str] | None = None) -> int:
     import cupy as cp
     from bw24.engine.ops.cuda import CudaOps
@@ -63,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default="1,5", help="rows a step: 1 (decode), 5 (a verify)")
     a = ap.parse_args(argv)
     cu, rng = CudaOps(), np.random.default_rng(0)
-    print(f"{'shape':<9} {'keys':>6} {'T':>2}  {'setting':<30} {'us/layer':>9} {'TB/s':>6}  vs first")
+    print(f"{'shape':<9} {'keys':>6} {'T':>2}  {'setting':<30} {'us/layer':>9} {'no comb':>8} {'TB/s':>6}  vs first")
     for shape in a.shapes.split(","):
         H, Hkv = SHAPES[shape]
         G = H // Hkv
@@ -91,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                             # zeros: "maxrel 6e+28" on every other setting); the bits column was not evidence
                             got = cu.to_host(out)
                             us = time_op(cu, lambda calls=calls: [c() for c in calls], 1) / NL
+                            with without(cu, {"attn_combine"}):
+                                us1 = time_op(cu, lambda calls=calls: [c() for c in calls], 1) / NL
                     finally:
                         for k, v in saved.items():
                             setattr(cu, k, v)
@@ -100,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                         same = np.array_equal(got, first)
                         rel = float(np.max(np.abs(got - first)) / max(float(np.max(np.abs(first))), 1e-30))
                         cmp = "bits = 0" if same else f"maxrel {rel:.1e}"
-                    print(f"{shape:<9} {depth:>6} {T:>2}  {label:<30} {us:9.2f} {kv_bytes / NL / us / 1e6:6.2f}  {cmp}",
+                    print(f"{shape:<9} {depth:>6} {T:>2}  {label:<30} {us:9.2f} {us1:8.2f} {kv_bytes / NL / us / 1e6:6.2f}"
+                          f"  {cmp}",
                           flush=True)
             del caches
             cp.get_default_memory_pool().free_all_blocks()

@@ -43,7 +43,10 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     class a step at that depth takes, with that setting's attributes set and the backend's own restored after;
     an output equal to the first setting's prints `bits = 0`, another `maxrel`. The stand-in's launches run only
     when its stream is read through to_host (a non-blocking stream): at 1aeef0e the sweep read with cp.asnumpy,
-    which does not wait, and its reference rows came back as zeros on the H200."""
+    which does not wait, and its reference rows came back as zeros on the H200. Its `no comb` column replays
+    the same calls with attn_combine's launches dropped (the stand-in's time is its launches a layer: 2 with pass 2
+    as its own launch, 1 without it or with the fused pass 2), and leaves the backend's launch methods as they
+    were."""
     import sys
     import types
     from contextlib import contextmanager
@@ -51,6 +54,7 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     import numpy as np
 
     seen: list[tuple] = []
+    made: list = []
 
     class FakeOps:
         attn_dec_mma, attn_dec_pipe, attn_dec_fuse, attn_fuse, attn_fuse_all = 0, False, False, None, False
@@ -58,6 +62,16 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
         def __init__(self):
             self.cls = None
             self.queued: list = []  # launched, not yet run: a stream only to_host waits for
+            self.launched = 0
+            made.append(self)
+
+        def _k_with(self, file, name, extra):
+            return name
+
+        def _launch(self, fn, grid, block, args, shared_mem=0):
+            self.launched += 1
+            if fn != "attn_combine":
+                self.queued.append(args)
 
         def to_host(self, a):
             while self.queued:
@@ -81,7 +95,10 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
             seen.append((self.cls, self.attn_dec_mma, self.attn_dec_pipe, self.attn_dec_fuse, ov.get("max_splits")))
             # the pipe and the fused pass 2 keep the bits; the path and the split count change them
             value = 1.0 + 1e-3 * (self.attn_dec_mma > 0) + 1e-4 * (ov.get("max_splits") or 0)
-            self.queued.append(lambda: out.__setitem__(..., value))
+            self._launch(self._k_with("attention_dec_mma.cu", "pass 1", ()), (1,), 128,
+                         lambda: out.__setitem__(..., value))
+            if not self.attn_dec_fuse:  # pass 2 as its own launch
+                self._launch(self._k_with("attention.cu", "attn_combine", ()), (1,), 128, None)
 
     fake_cuda = types.ModuleType("bw24.engine.ops.cuda")
     fake_cuda.CudaOps = FakeOps
@@ -91,7 +108,7 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     monkeypatch.setitem(sys.modules, "bw24.engine.ops.cuda", fake_cuda)
     monkeypatch.setitem(sys.modules, "cupy", fake_cp)
     monkeypatch.setattr(sweep, "NL", 2)
-    monkeypatch.setattr(sweep, "time_op", lambda cu, fn, reps: (fn(), 2.0)[1])
+    monkeypatch.setattr(sweep, "time_op", lambda cu, fn, reps: (lambda n0: (fn(), cu.launched - n0)[1])(cu.launched))
     assert sweep.main(["--depths", "4096", "--shapes", "32b,8b", "--tokens", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     rows = [line for line in out[1:] if line.strip()]
@@ -102,3 +119,10 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     assert "(reference)" in rows[0] and "bits = 0" in next(r for r in rows[:n32] if "mma +pipe +fuse" in r)
     assert "maxrel" in next(r for r in rows[:n32] if "mma 16 splits +pipe" in r)
     assert "maxrel" in next(r for r in rows[:n32] if "attn_split" in r)
+    # us/layer and `no comb`: two launches a layer, one without attn_combine's; a fused pass 2 launches one
+    def times(row):  # the two columns after the setting's (shape 9, keys 6, T 2, setting 30 wide)
+        return row[52:].split()[:2]
+
+    assert times(rows[0]) == ["2.00", "1.00"]
+    assert times(next(r for r in rows[:n32] if "mma +pipe +fuse" in r)) == ["1.00", "1.00"]
+    assert "_k_with" not in vars(made[0]) and "_launch" not in vars(made[0])

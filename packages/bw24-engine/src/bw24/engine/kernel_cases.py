@@ -553,9 +553,9 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"moe router fused{' q8' if q8 else ''} decode==verify bitwise Q4_K/Q6_K T=9 X=16 k=8 E=2048 F=768", \
             opted(moe_verify_case(Q.Q4_K, Q.Q6_K, 9, 16, 8, 2048, 768, q8=q8), "moe_router_fuse", True)
     # the router's rows over one thread block cluster (BW24_MOE_ROUTER_CLUSTER): the 30B-A3B's router (128 x 2048,
-    # top-8, normalized) at T = 1 and 5, rows no multiple of the cluster (100: 13 a block, a warp 1 or 2), 256 rows (8
-    # warps a block, 4 rows a warp), top-3 unnormalized; the planted variant (each logit stored one row on) turns all 5 red. Not on a GPU
-    # before sm_90, which has no clusters (CudaOps never takes the path there)
+    # top-8, normalized) at T = 1 and 5, rows no multiple of the cluster (100: 13 a block, a warp 1 or 2), 256 rows
+    # (8 warps a block, 4 rows a warp), top-3 unnormalized; the planted variant (each logit stored one row on) turns
+    # all 5 red. Not on a GPU before sm_90, which has no clusters (CudaOps never takes the path there)
     for T, X, E, k, norm in ((1, 128, 2048, 8, True), (5, 128, 2048, 8, True), (3, 100, 544, 8, True),
                              (2, 256, 768, 8, True), (1, 60, 512, 3, False)) if _clusters() else ():
         yield f"moe router cluster == ticket bitwise T={T} X={X} E={E} k={k}{' norm' if norm else ''}", \

@@ -138,8 +138,8 @@ def run_cases(seed: int, variant: str = "", out=print, only: str | None = None) 
             # Why: at 1aeef0e one case's launch failure (too many registers a block) ended the whole run 139
             # cases in, and the 392 cases after it were never checked. A sticky CUDA error turns the later cases
             # red too, which the log then shows case by case.
-            r = Result(f"{name} (raised {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})",
-                       "exact", float("inf"), float("inf"))
+            first = (str(e).splitlines() or [""])[0][:120]  # the message's first line
+            r = Result(f"{name} (raised {type(e).__name__}: {first})", "exact", float("inf"), float("inf"))
         out(r.line())
         results.append(r)
     return results

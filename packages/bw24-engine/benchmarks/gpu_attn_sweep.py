@@ -1,7 +1,7 @@
 """Device time of one decode step's attention a layer at the perf cells' shapes, across the settings of the deep
-rows: attn_split against the tensor-core pass 1 (attention_dec_mma.cu), its split count (BW24_ATTN_DECODE), its
-cp.async pipe (BW24_ATTN_DEC_PIPE) and its fused pass 2 (BW24_ATTN_DEC_FUSE). The G = 8 models' d4096 perf cells
-cost ~1.5 minutes a setting (the 32B's load, llama.cpp's arm); this sweeps them all in about one.
+rows: attn_split against the tensor-core pass 1 (attention_dec_mma.cu), its split count (BW24_ATTN_DECODE) and its
+cp.async pipe (BW24_ATTN_DEC_PIPE). The d4096 perf cells cost ~1.5 minutes a setting (the 32B's load, llama.cpp's
+arm); this sweeps them all in about one.
 
 python packages/bw24-engine/benchmarks/gpu_attn_sweep.py [--depths 4096,16384] [--shapes 32b,30b-a3b,8b,0.6b]
 
@@ -10,11 +10,11 @@ keys; NL x that > the 60 MB L2), so K / V come from HBM as in a model. One captu
 inside the depth class a step at that depth runs in (CudaOps.attn_class_of: at 4,096 keys the deep one, where one
 token's step launches no attn_split beside the mma kernel); median of 5 replays / NL = us a layer, and the K / V
 bytes of the live keys over that time. Every setting's output of layer 0 is compared with the first setting's of
-its shape: the pipe and the fused pass 2 must give its bits exactly (`bits` = 0), another split count or pass 1
+its shape (today's default): the pipe must give its bits exactly (`bits` = 0), another split count or pass 1
 differ within float16 rounding (`maxrel` printed). `no comb`: the same replay with attn_combine's launches dropped
-(`without`), so us/layer minus it is what pass 2 as its own launch adds to the step (a fused pass 2 launches none).
-Why: at 1aeef0e the 32B's d4096 attention took 15.4 us a layer at 33 splits with the pipe, three times its bytes'
-time, and the split between the two launches decides what to build next.
+(`without`), so us/layer minus it is what pass 2 as its own launch adds to the step. At 5107205 the fused pass 2
+variants (BW24_ATTN_DEC_FUSE, BW24_ATTN_FUSE_ALL) lost to it in every row and were removed; attn_split's own fused
+pass 2 (BW24_ATTN_FUSE, the table's fuse_combine) stays a row.
 """
 
 from __future__ import annotations
@@ -37,23 +37,24 @@ D = 128
 
 def settings(G: int) -> list[tuple[str, dict]]:
     """(label, CudaOps attributes) in the order measured: today's default for this G first (the reference of the
-    bits), attn_split with its own fused pass 2 (BW24_ATTN_FUSE), then the tensor-core pass 1's split counts, each
-    plain, piped, fused and both."""
-    base = {"attn_dec_mma": 1024 if G >= 8 else 0, "attn_dec_pipe": False, "attn_dec_fuse": False,
-            "attn_override": None, "attn_fuse": None, "attn_fuse_all": False}
-    out = [("default" + (" (mma)" if G >= 8 else " (attn_split)"), base)]
+    bits: the tensor-core pass 1 past DEC_MMA_KEYS at DEC_MMA_SPLITS splits through the pipe where G >=
+    DEC_MMA_MIN_G), attn_split alone and with its own fused pass 2 (BW24_ATTN_FUSE), then the tensor-core pass 1 at
+    each split count with the pipe and without."""
+    from bw24.engine.ops.cuda.attn import DEC_MMA_KEYS, DEC_MMA_MIN_G, DEC_MMA_SPLITS
+
+    mma = G >= DEC_MMA_MIN_G
+    base = {"attn_dec_mma": DEC_MMA_KEYS if mma else 0, "attn_dec_pipe": True, "attn_override": None, "attn_fuse": None}
+    out = [("default" + (f" (mma {DEC_MMA_SPLITS} +pipe)" if mma else " (attn_split)"), base)]
     split = {**base, "attn_dec_mma": 0}
-    if G >= 8:
+    if mma:
         out.append(("attn_split", split))
-    out.append(("attn_split +fused pass 2", {**split, "attn_fuse": True}))  # (BW24_ATTN_FUSE: its last block, head by head)
-    out.append(("attn_split +fused, all heads", {**split, "attn_fuse": True, "attn_fuse_all": True}))  # (.._FUSE_ALL)
-    for ns in (None, 33, 16):
-        for pipe, fuse in ((False, False), (True, False), (False, True), (True, True)):
-            if ns is None and not (pipe or fuse) and G >= 8:
+    out.append(("attn_split +fused pass 2", {**split, "attn_fuse": True}))  # (BW24_ATTN_FUSE: its last block)
+    for ns in (66, DEC_MMA_SPLITS, 16):
+        for pipe in (True, False):
+            if mma and pipe and ns == DEC_MMA_SPLITS:
                 continue  # the default row
-            label = f"mma{f' {ns} splits' if ns else ''}{' +pipe' if pipe else ''}{' +fuse' if fuse else ''}"
-            out.append((label, {**base, "attn_dec_mma": 1024, "attn_dec_pipe": pipe, "attn_dec_fuse": fuse,
-                                "attn_override": {"max_splits": ns} if ns else None}))
+            out.append((f"mma {ns} splits{' +pipe' if pipe else ''}",
+                        {**base, "attn_dec_mma": DEC_MMA_KEYS, "attn_dec_pipe": pipe, "attn_override": {"max_splits": ns}}))
     return out
 
 

@@ -82,9 +82,8 @@ def new_layer(cu, x, router, ge, ue, de, h, stage: int) -> None:
 
 def router_table(cu, xh: np.ndarray, rts: list) -> None:
     """The router stage alone (T = 1 and 5): the fused moe_router (the default) at 1, 2, 4 (ROUTER_WARPS) and 8
-    router rows a block, and over one thread block cluster a token (moe_router_cl, BW24_MOE_ROUTER_CLUSTER), each
-    first checked to give the committed ROUTER_WARPS's logits and routing bit for bit, against its two halves as
-    separate launches (the F32 router matvec on its table config, moe_route). At
+    router rows a block, each first checked to give the committed ROUTER_WARPS's logits and routing bit for bit,
+    against its two halves as separate launches (the F32 router matvec on its table config, moe_route). At
     6e0baa5 (PDL=0 profile) moe_router took 8.7 us a layer for 1 MB of router weights, 419 of the 30B-A3B's
     2,371 us a token; at 8128fa9 the two launches 3.8 + 4.9 us."""
     print(f"\nrouter stage alone, us a layer (X={X}, E={E}, k={K_USED}); warps = router rows a block of moe_router")
@@ -123,9 +122,8 @@ def router_row(cu, xh: np.ndarray, rts: list, T: int) -> str:
             t = time_op(cu, lambda: [fused(i) for i in range(NL)], 1) / NL if same else float("nan")
         return f"{label} {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)")
 
-    # rows a block (moe.ROUTER_WARPS), then a token's rows over one cluster (moe_router_cl, BW24_MOE_ROUTER_CLUSTER)
+    # rows a block (moe.ROUTER_WARPS)
     cells = [timed(f"warps={w}", M, "ROUTER_WARPS", w) for w in (1, 2, 4, 8)]
-    cells.append(timed("cluster", cu, "moe_router_cluster", True))
     mv = time_op(cu, lambda: [cu.matmul(rts[i], x, out=rl) for i in range(NL)], 1) / NL
     rt = time_op(cu, lambda: [route() for _ in range(NL)], 1) / NL
     return "moe_router " + "  ".join(cells) + f"  |  matvec {mv:6.2f} + moe_route {rt:6.2f}"

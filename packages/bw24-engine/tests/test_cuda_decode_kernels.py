@@ -7,7 +7,6 @@ The kernels themselves run on the GPU in kernel_check (kernel_cases_attn.py)."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -600,7 +599,8 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     ops.attn_dec_mma_env = "all"
     assert "attn_dec_mma_all" in CudaOps.opt_in(ops)
     ops.pdl, ops.variant = True, "planted_decmma"
-    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1))
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1),
+                                                          ("BW24_DEC_MMA_PIPE", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
     # the gate names the float16 products it rounds by (CudaOps.rounded_paths)
     ops.qmv_configs = type("Q", (), {"f32_body": False})()
@@ -614,9 +614,9 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
 
 
 def test_dec_mma_default_follows_the_q_heads_a_kv_head_unless_the_variable_is_set():
-    """Unset BW24_ATTN_DEC_MMA: prepare_model's policy gives models of 8 q heads a kv head (the 32B, the 30B-A3B)
-    tensor-core rows past 1,024 live keys, and the others (the 0.6B's 2, the 8B's 4, the pair's 6 and 7) none; a set
-    variable wins for every model, 0 included."""
+    """Unset BW24_ATTN_DEC_MMA: prepare_model's policy gives models of 2 or more q heads a kv head (the 32B's and the
+    30B-A3B's 8, the 8B's 4, the 0.6B's 2, the pair's 6 and 7, smollm2's 3) tensor-core rows past 1,024 live keys,
+    and a model without grouped heads (MHA: never measured) none; a set variable wins for every model, 0 included."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda import attn
@@ -628,11 +628,42 @@ def test_dec_mma_default_follows_the_q_heads_a_kv_head_unless_the_variable_is_se
         CudaOps._attention_policy(ops, SimpleNamespace(n_head=n_head, n_head_kv=n_head_kv))
         return ops.attn_dec_mma
 
-    assert attn.DEC_MMA_KEYS == 1024 and attn.DEC_MMA_MIN_G == 8
-    assert policy(64, 8) == policy(32, 4) == 1024  # qwen3-32b, qwen3-30b-a3b
-    for h, hkv in ((16, 8), (32, 8), (12, 2), (14, 2), (9, 3), (8, 8)):  # 0.6B, 8B, 1.5b, 0.5b, smollm2, MHA
-        assert policy(h, hkv) == 0, (h, hkv)
+    assert attn.DEC_MMA_KEYS == 1024 and attn.DEC_MMA_MIN_G == 2
+    for h, hkv in ((64, 8), (32, 4), (16, 8), (32, 8), (12, 2), (14, 2), (9, 3)):  # 32B, 30B-A3B, 0.6B, 8B, pair, smollm2
+        assert policy(h, hkv) == 1024, (h, hkv)
+    assert policy(8, 8) == policy(12, 12) == 0  # MHA
     assert policy(64, 8, "0") == 0 and policy(16, 8, "512") == 512  # the variable's value, whatever the model
+
+
+def test_the_tensor_core_rows_take_their_own_split_count_whatever_the_depth_or_tokens(monkeypatch):
+    """attn.attn_geometry's mma: a model whose deep rows take the tensor-core pass 1 (dec_mma_from) runs
+    DEC_MMA_SPLITS splits (33: two 64-key tiles a split at 4,096 keys, for the pipe), over the table's attn_split
+    count (66 on the H200), unless a table says "mma_splits" or max_splits is forced (BW24_ATTN_DECODE, a sweep).
+    The count is one per model: the same at T = 1 and T = 5, in either depth class, with the pipe on or off (the
+    pipe's bits are the plain kernel's, kernel-check's pipe cases), so verify rows stay decode rows."""
+    from bw24.engine.ops.cuda import attn
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
+    table = type("T", (), {"config": lambda self, s, k: {"chunk": 32, "max_splits": 66}})()
+    assert attn.DEC_MMA_SPLITS == 33
+    assert attn.attn_geometry(table, 4200, 8) == (32, 66)
+    assert attn.attn_geometry(table, 4200, 8, mma=True) == (32, 33)
+    assert attn.attn_geometry(table, 4200, 8, override={"max_splits": 16}, mma=True) == (32, 16)
+    assert attn.attn_geometry(table, 4200, 8, override={"chunk": 32}, mma=True) == (32, 33)
+    own = type("T", (), {"config": lambda self, s, k: {"chunk": 32, "max_splits": 66, "mma_splits": 16}})()
+    assert attn.attn_geometry(own, 4200, 8, mma=True) == (32, 16)
+    assert attn.attn_geometry(table, 600, 8, mma=True) == (32, 19)  # a short cache: its 32-key units
+
+    def splits(**kw):  # the grid's splits of every pass-1 launch (attn_split, attn_dec_mma) of one call
+        return {g[1] for n, g, *_ in _attention_launches(**kw) if n in ("attn_split", "attn_dec_mma")}
+
+    depth = attn.AttnDepth(1024, 2, 4)
+    for T in (1, 5):
+        for pipe in (False, True):
+            assert splits(T=T, attn_dec_mma=1024, attn_dec_pipe=pipe) == {33}, (T, pipe)
+            for cls in ("shallow", "deep"):
+                assert splits(T=T, attn_dec_mma=1024, attn_dec_pipe=pipe, attn_class=cls, attn_depth=depth) == {33}
+        assert splits(T=T) == {66}  # no tensor-core rows: attn_split's own count (the stand-in's default grid)
 
 
 def test_decode_kernel_count_runs_in_the_depth_class_of_the_graph(monkeypatch):
@@ -723,40 +754,40 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
     both = run(1024)
     assert [x[0] for x in both] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert both[0][2] == (("BW24_ATTN_DEC_MMA", 1024),) and both[1][2] == ()
-    assert both[0][1] == (8, 66, 1) and both[1][1] == (8, 66, 1) and both[1][3] == 18
+    assert both[0][1] == (8, 33, 1) and both[1][1] == (8, 33, 1) and both[1][3] == 17  # attn.DEC_MMA_SPLITS
     assert [x[0] for x in run(1024, "deep")] == ["attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
     assert [x[0] for x in run(1024, "shallow")] == ["attn_split", "attn_combine"]
     assert [x[0] for x in run(attn.DEC_MMA_ALL, "shallow")] == ["attn_dec_mma", "attn_combine"]  # `all`
-    # the 32B's shape (8 q heads a kv head): 33 splits for attn_split's two head groups, 66 with the mma kernel's
-    # one block a kv head (its grid: 8 x 66 = 528 blocks, one wave of 4 an SM)
+    # the 32B's shape (8 q heads a kv head): 33 splits for attn_split's two head groups, and DEC_MMA_SPLITS (33)
+    # with the mma kernel's one block a kv head (its grid: 8 x 33 = 264 blocks, two tiles a split at 4,096 keys)
     q32 = dict(H=64)
     assert [x[1] for x in run(0, **q32)][0] == (16, 33, 1)
-    assert [x[1] for x in run(1024, **q32)][:2] == [(16, 66, 1), (8, 66, 1)]
+    assert [x[1] for x in run(1024, **q32)][:2] == [(16, 33, 1), (8, 33, 1)]
 
 
-def _opt_in_recorded(name: str):
-    """A stand-in CudaOps (no GPU) after checking the opt-in `name`: off by default and absent from the perf rows'
-    variants, recorded under its name once on. Returned with it on."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    assert getattr(CudaOps, name) is False
-    ops = CudaOps.__new__(CudaOps)
-    assert name not in CudaOps.opt_in(ops)
-    setattr(ops, name, True)
-    assert name in CudaOps.opt_in(ops)
-    return ops
-
-
-def test_dec_pipe_is_recorded_built_into_its_file_alone_and_launched_with_two_stages(monkeypatch):
-    """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): off by default; on, perf rows say
-    attn_dec_pipe, attention_dec_mma.cu builds with BW24_DEC_MMA_PIPE (attention.cu without), the planted canary's
+def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone_and_launched_with_two_stages(
+        monkeypatch):
+    """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): on by default since 5107205's figures
+    (attn.DEC_MMA_MIN_G), 0 turns it off and perf rows say no_attn_dec_pipe, any other value a clear error naming the
+    variable; on, attention_dec_mma.cu builds with BW24_DEC_MMA_PIPE (attention.cu without), the planted canary's
     macro reaches that file alone, and the mma launch takes two stages of a 64-key tile's padded K and V rows (69,632
     bytes at D = 128: past the 48 KB a kernel gets unasked, so CudaOps._launch opts it in) while attn_split and
     attn_combine take none."""
     from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.backend import CudaOps
 
-    ops = _opt_in_recorded("attn_dec_pipe")
+    assert CudaOps.attn_dec_pipe is True and CudaOps.attn_dec_pipe_env == "1"
+    for bad in ("2", "on", "", "true"):
+        monkeypatch.setattr(CudaOps, "attn_dec_pipe_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_PIPE='{bad}'"):
+            CudaOps()
+    monkeypatch.undo()
+    ops = CudaOps.__new__(CudaOps)
+    assert "no_attn_dec_pipe" not in CudaOps.opt_in(ops)
+    ops.attn_dec_pipe = False
+    assert "no_attn_dec_pipe" in CudaOps.opt_in(ops)
+    ops.attn_dec_pipe = True
     ops.pdl, ops.variant = True, ""
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
@@ -769,7 +800,7 @@ def test_dec_pipe_is_recorded_built_into_its_file_alone_and_launched_with_two_st
     assert attn.dec_pipe_smem(64, 64) == 2 * 64 * (72 + 72) * 2
     piped = _attention_launches(H=64, attn_dec_mma=1024, attn_dec_pipe=True)
     assert [(x[0], x[4]) for x in piped] == [("attn_split", 0), ("attn_dec_mma", 69632), ("attn_combine", 0)]
-    plain = _attention_launches(H=64, attn_dec_mma=1024)
+    plain = _attention_launches(H=64, attn_dec_mma=1024, attn_dec_pipe=False)
     assert [x[4] for x in plain] == [0, 0, 0] and [x[:4] for x in plain] == [x[:4] for x in piped]
 
 
@@ -793,74 +824,3 @@ def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     assert calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 69632)]
     launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
-
-
-def test_dec_fuse_combines_in_the_mma_launch_where_its_splits_fit(monkeypatch):
-    """BW24_ATTN_DEC_FUSE (attn_dec_mma's rows combined by their last split block): off by default, recorded as
-    attn_dec_fuse, its canary's macro in attention_dec_mma.cu alone. On the 32B's shape at 4,096 cache keys outside
-    a depth class: attn_split (rows under the threshold), attn_dec_mma built with BW24_DEC_MMA_FUSE and given its
-    tickets, and attn_combine built to return for the rows past the threshold; one token of a deep class launches
-    the mma kernel alone (no pass 2 launch); a shallow class launches no mma kernel, so nothing changes; a grid of
-    more splits than the fused pass 2 stages (132) keeps the separate pass 2."""
-    from bw24.engine.ops.cuda import attn
-    from bw24.engine.ops.cuda.attn import AttnDepth
-
-    ops = _opt_in_recorded("attn_dec_fuse")
-    ops.pdl, ops.variant = False, "planted_decfuse"
-    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECFUSE", 1),)
-    assert ops.kernel_defines("attention.cu") == ()
-
-    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
-
-    def run(cls=None, T=1, fuse=True, override=None):
-        return _attention_launches(T=T, H=64, attn_dec_mma=1024, attn_dec_fuse=fuse, attn_class=cls,
-                                   attn_depth=AttnDepth(1024, 2, 4), attn_override=override)
-
-    both = run()
-    assert [(x[0], x[2]) for x in both] == [("attn_split", (("BW24_ATTN_DEC_MMA", 1024),)),
-                                            ("attn_dec_mma", (("BW24_DEC_MMA_FUSE", 1),)),
-                                            ("attn_combine", (("BW24_ATTN_COMBINE_FROM", 1024),))]
-    assert both[1][1] == (8, 66, 1) and both[1][3] == 18
-    assert [(x[0], x[2]) for x in run("deep")] == [("attn_dec_mma", (("BW24_DEC_MMA_FUSE", 1),))]
-    assert [x[0] for x in run("deep", T=5)] == ["attn_split", "attn_dec_mma", "attn_combine"]
-    assert [(x[0], x[2]) for x in run("shallow")] == [("attn_split", (("BW24_ATTN_DEC_MMA", 1024),)),
-                                                      ("attn_combine", ())]
-    wide = run(override={"max_splits": 132})
-    assert wide[1][1] == (8, 132, 1) and [(x[0], x[2]) for x in wide][1:] == [("attn_dec_mma", ()), ("attn_combine", ())]
-    assert [(x[0], x[2]) for x in run(fuse=False)][1:] == [("attn_dec_mma", ()), ("attn_combine", ())]
-    assert attn.dec_fuse_applies(SimpleNamespace(attn_dec_fuse=True), 1024, True, attn.DEC_FUSE_SPLITS)
-    assert not attn.dec_fuse_applies(SimpleNamespace(attn_dec_fuse=True), 1024, True, attn.DEC_FUSE_SPLITS + 1)
-    assert not attn.dec_fuse_applies(SimpleNamespace(attn_dec_fuse=True), None, False, 16)
-
-
-def test_dec_fuse_splits_bound_is_the_kernels():
-    """attn.DEC_FUSE_SPLITS is the bound the fused pass 2's staged weights are sized by (attn_chunk.cuh FUSE_SPLITS):
-    a grid of more splits would overrun them, so the host must never fuse past it."""
-    import re
-
-    from bw24.engine.ops.cuda import attn
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-
-    src = (KERNEL_DIR / "attn_chunk.cuh").read_text()
-    assert int(re.search(r"#define FUSE_SPLITS (\d+)", src).group(1)) == attn.DEC_FUSE_SPLITS
-    src = (KERNEL_DIR / "attention_dec_mma.cu").read_text()
-    assert int(re.search(r"#define DM_KT (\d+)", src).group(1)) == attn.DEC_MMA_TILE
-
-
-def test_fuse_all_reaches_the_fused_attn_split_alone(monkeypatch):
-    """BW24_ATTN_FUSE_ALL (attn_split's fused pass 2 over all its heads at once): off by default, recorded as
-    attn_fuse_all; its define goes to attn_split only where the pass 2 is fused (BW24_ATTN_FUSE / the table), so the
-    separate pass 2's launches and the default instance stay as they were; its canary's macro reaches attention.cu
-    alone."""
-    from bw24.engine.ops.cuda import attn
-
-    ops = _opt_in_recorded("attn_fuse_all")
-    ops.pdl, ops.variant = False, "planted_fuseall"
-    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FUSEALL", 1),)
-    assert ops.kernel_defines("attention_dec_mma.cu") == ()
-
-    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
-    fused_all = _attention_launches(attn_fuse=True, attn_fuse_all=True)
-    assert [(x[0], x[2]) for x in fused_all] == [("attn_split", (("BW24_ATTN_FUSE_ALL", 1),))]
-    assert [(x[0], x[2]) for x in _attention_launches(attn_fuse=True)] == [("attn_split", ())]
-    assert [(x[0], x[2]) for x in _attention_launches(attn_fuse_all=True)] == [("attn_split", ()), ("attn_combine", ())]

@@ -58,10 +58,17 @@ def test_moe_grouped_cases_green_and_planted_bug_red():
 def test_moe_router_cases_green_and_a_wrong_route_red():
     """The fused router's cases (moe_router: the router matvec and route_token in one launch; the route rewritten
     at c444085 to load every logit in one batch) are green; the planted route (the last pick replaced by the first)
-    turns the three reference cases red (the two decode==verify ones compare the planted kernel with itself). Red at
+    turns the four reference cases red (the two decode==verify ones compare the planted kernel with itself). Red at
     a real router's logit size only (kernel_cases.ROUTER_REAL; at e6bec2b, before it, they stayed green:
     tests/test_moe_router_cases.py)."""
-    _green_then_red(41, "moe router fused", "planted_route", "moe router fused", 3)
+    _green_then_red(41, "moe router fused", "planted_route", "moe router fused", 4)
+
+
+def test_moe_router_prefetch_cases_green_and_the_wrong_rows_weights_red():
+    """moe_router loads its rows' weights before the PDL wait (moe.cu router_prefetch): the planted prefetch that
+    reads the next row's turns the 4 reference cases red (the 2 decode==verify ones compare the planted kernel
+    with itself and stay green), the one past the 2,048 prefetched columns among them."""
+    _green_then_red(43, "moe router fused", "planted_routerpf", "moe router fused", 4)
 
 
 def test_f32_verify_rows_cases_green_and_a_verify_only_bug_red():
@@ -120,27 +127,6 @@ def test_attention_dec_pipe_cases_green_and_a_skipped_tile_red():
     of 1 to 4 tiles, and against the reference) are green; the planted prefetch that fetches a tile too far from a
     split's second round on turns the 4 whose splits hold 3 or more tiles red (1- and 2-tile splits stay green)."""
     _green_then_red(71, "attn dec pipe", "planted_decpipe", "attn dec pipe", 4)
-
-
-def test_attention_dec_fuse_cases_green_and_a_dropped_split_red():
-    """BW24_ATTN_DEC_FUSE's cases (attn_dec_mma's rows combined by their last split block: the separate pass 2's
-    bits at 16-66 splits, verify rows straddling the threshold, with the pipe, the int8 rows, the reference) are
-    green; the planted fused pass 2 that drops each row's last live split turns all 9 red."""
-    _green_then_red(73, "attn dec fuse", "planted_decfuse", "attn dec fuse", 9)
-
-
-def test_attention_fuse_all_cases_green_and_a_dropped_split_red():
-    """BW24_ATTN_FUSE_ALL's cases (attn_split's fused pass 2 over all its heads at once: the separate pass 2's bits,
-    the head-by-head loop past 72 splits, the int8 rows, the reference) are green; the planted variant that drops
-    each row's last live split turns the 6 whose rows take the all-heads path red."""
-    _green_then_red(79, "attn fuse all", "planted_fuseall", "attn fuse all", 6)
-
-
-def test_moe_router_cluster_cases_green_and_a_shifted_logit_red():
-    """BW24_MOE_ROUTER_CLUSTER's cases (a token's router rows over one thread block cluster, its barrier in place of
-    the ticket: moe_router's logits, picks and weights bit for bit) are green; the planted variant that stores each
-    logit one row on turns all 5 red."""
-    _green_then_red(83, "moe router cluster", "planted_routecl", "moe router cluster", 5)
 
 
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():

@@ -132,19 +132,6 @@ class Emu:
             self.moe_route((), (t + 1,), 32, (rl, X, k, norm, sel, wts), 0, first=t)
             assert tickets[t] == 0  # re-armed by the last block
 
-    def moe_router_cl(self, tp, grid, block, args, smem):
-        """moe_router over one cluster of ROUTER_CLUSTER blocks a token (min(ROUTER_CL_WARPS, ceil(X / 8)) warps a
-        block, warp g of the cluster rows g, g + 8 x warps, ...), no ticket: every row once (router_row), then
-        block 0 routes."""
-        w, x, E, X, k, norm, rl, sel, wts = args
-        nw = block // 32
-        assert grid[0] == M.ROUTER_CLUSTER and block == 32 * nw and nw == min(M.ROUTER_CL_WARPS, -(-X // grid[0]))
-        rows = sorted(r for b in range(grid[0]) for wp in range(nw) for r in range(b * nw + wp, X, grid[0] * nw))
-        assert rows == list(range(X)), "the kernel's row loop must take every router row exactly once"
-        for t in range(grid[1]):
-            self._router_rows(w.w, x, E, X, t, rl)
-            self.moe_route((), (t + 1,), 32, (rl, X, k, norm, sel, wts), 0, first=t)
-
     @staticmethod
     def _router_rows(W, x, E, X, t, rl):
         """moe.cu router_row for every row of token t: lane j's fmaf chain over columns 4j + 128i (float4 order),
@@ -501,45 +488,6 @@ def test_fused_router_is_one_launch_with_the_reference_routing(moe_q8):
     assert M.fused_router(SimpleNamespace(moe_router_fuse=True), rnd[0], np.zeros((1, 256), f32).view(DevArray))
 
 
-def test_cluster_router_is_one_launch_a_cluster_with_the_tickets_routing():
-    """BW24_MOE_ROUTER_CLUSTER (CudaOps.moe_router_cluster): the fused router as moe_router_cl, grid (ROUTER_CLUSTER,
-    T) with up to ROUTER_CL_WARPS warps a block, no ticket, and the same routing and output as the ticket's launch;
-    a router of more rows than a cluster's warps takes them in turn in blocks of 8 warps (at 1aeef0e a block had a
-    warp a row: 16 warps of 166 registers for the 30B-A3B's 128 rows, and the launch failed). Off by default,
-    recorded as moe_router_cluster, its canary's macro in moe.cu alone."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    rng = np.random.default_rng(29)
-    qts, T, X, k, E, F = (Q.Q8_0, Q.Q8_0, Q.Q4_0), 2, 40, 8, 544, 160
-    tis = weights(rng, qts, X, E, F)
-    x = rng.standard_normal((T, E)).astype(f32)
-    ticket, cluster = Emu(), Emu()
-    ticket.moe_router_fuse = cluster.moe_router_fuse = True
-    cluster.moe_router_cluster = True
-    want, got = run_emu(ticket, tis, x, k), run_emu(cluster, tis, x, k)
-    names = [n for n, *_ in cluster.launches]
-    assert "moe_router_cl" in names and "moe_router" not in names and "moe_route" not in names
-    assert cluster.launches[names.index("moe_router_cl")][1:3] == ((8, T), (160,))  # 5 rows a block
-    np.testing.assert_array_equal(cluster.scratch["moe_sel"][: T * k], ticket.scratch["moe_sel"][: T * k])
-    np.testing.assert_array_equal(got, want)
-    # 300 rows: 8 warps a block, each warp 4 or 5 rows in turn; the 30B-A3B's 128: 8 warps, 2 rows each
-    wide = SimpleNamespace(moe_router_cluster=True, launches=[])
-    wide._buf = lambda key, n, dtype=np.float32, zeroed=False: np.zeros(n, dtype)
-    wide._k = lambda f, n: n
-    wide._launch = lambda fn, grid, block, args, shared_mem=0: wide.launches.append((fn, grid, block))
-    M.router_launch(wide, SimpleNamespace(n=300, args=lambda: (None,)), np.zeros((1, 256), f32), 8, True, *(None,) * 3)
-    M.router_launch(wide, SimpleNamespace(n=128, args=lambda: (None,)), np.zeros((1, 256), f32), 8, True, *(None,) * 3)
-    assert wide.launches == [("moe_router_cl", (8, 1), 256), ("moe_router_cl", (8, 1), 256)]
-    assert CudaOps.moe_router_cluster is False and CudaOps.moe_router_cluster_env is False
-    ops = CudaOps.__new__(CudaOps)
-    assert "moe_router_cluster" not in CudaOps.opt_in(ops)
-    ops.moe_router_cluster_env = True
-    assert "moe_router_cluster" in CudaOps.opt_in(ops)
-    ops.pdl, ops.variant = False, "planted_routecl"
-    assert ops.kernel_defines("moe.cu") == (("BW24_PLANTED_ROUTECL", 1),)
-    assert ops.kernel_defines("attention.cu") == ()
-
-
 def test_int8_experts_need_the_int8_state():
     """q8_experts: only with moe_q8 on, the backend's activations on the int8 path (not the gate's exact
     half, force_path "f32"), and formats the int8 kernels have."""
@@ -801,21 +749,3 @@ def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X,
     assert [MP.mm_kg(4, K, False) for K in (160, 192, 544, 640)] == [1, 2, 1, 4]
     assert not MP.grouped(SimpleNamespace(moe_grouped=True, prefill_precision="split"), gw, uw, E, F)
     assert not MP.grouped(SimpleNamespace(moe_grouped=False, prefill_precision="fp16"), gw, uw, E, F)
-
-
-def test_cluster_router_builds_for_the_cluster_archs_and_its_canary_is_other_code(tmp_path, monkeypatch):
-    """moe_router_cl (a `__cluster_dims__` kernel) is in moe.cu's sm_90a and sm_120a builds, absent from an sm_86
-    one (no clusters before sm_90: the source leaves it out there, and CudaOps never asks for it); the planted
-    variant (each logit stored one row on) is other code."""
-    from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = COMPILE_SET["moe.cu"][:2]
-    for arch in ("90a", "120a"):
-        prod = compile_cubin(KERNEL_DIR / "moe.cu", arch, {"BW24_PDL": 1}, name_expressions=names).cubin
-        bad = compile_cubin(KERNEL_DIR / "moe.cu", arch, {"BW24_PDL": 1, "BW24_PLANTED_ROUTECL": 1},
-                            name_expressions=names).cubin
-        assert b"moe_router_cl" in prod and bad != prod, arch
-    old = compile_cubin(KERNEL_DIR / "moe.cu", "86", {}, name_expressions=names).cubin
-    assert b"moe_router_cl" not in old and b"moe_router" in old

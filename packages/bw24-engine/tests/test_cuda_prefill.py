@@ -311,6 +311,9 @@ def test_planted_route_compiles_and_changes_the_router(tmp_path, monkeypatch):
     prod = compile_cubin(KERNEL_DIR / "moe.cu", "90a", {"BW24_PDL": 1}, name_expressions=names)
     bad = compile_cubin(KERNEL_DIR / "moe.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_ROUTE": 1}, name_expressions=names)
     assert set(bad.lowered) == set(names) and bad.cubin != prod.cubin
+    # the prefetch's canary (BW24_PLANTED_ROUTERPF: the next row's weights) reaches moe_router too
+    pf = compile_cubin(KERNEL_DIR / "moe.cu", "90a", {"BW24_PDL": 1, "BW24_PLANTED_ROUTERPF": 1}, name_expressions=names)
+    assert set(pf.lowered) == set(names) and pf.cubin not in (prod.cubin, bad.cubin)
 
 
 def test_planted_expand_compiles_and_changes_the_expand(tmp_path, monkeypatch):
@@ -350,13 +353,6 @@ def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, m
     pipe, bad_pipe = mma(BW24_DEC_MMA_PIPE=1), mma(BW24_DEC_MMA_PIPE=1, BW24_PLANTED_DECPIPE=1)
     assert set(pipe.lowered) == set(names) and pipe.cubin != prod.cubin and bad_pipe.cubin != pipe.cubin
     assert mma(BW24_PLANTED_DECPIPE=1).cubin == prod.cubin
-    # the fused pass 2 (BW24_DEC_MMA_FUSE) and its canary; attn_combine built to leave the mma rows to it
-    fuse, bad_fuse = mma(BW24_DEC_MMA_FUSE=1), mma(BW24_DEC_MMA_FUSE=1, BW24_PLANTED_DECFUSE=1)
-    assert fuse.cubin not in (prod.cubin, pipe.cubin) and bad_fuse.cubin != fuse.cubin
-    comb = compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1}, name_expressions=())
-    comb_from = compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1, "BW24_ATTN_COMBINE_FROM": 1024},
-                              name_expressions=())
-    assert comb_from.cubin != comb.cubin
 
 
 def test_gpu_prefill_cases_green_and_planted_bugs_red():
@@ -685,19 +681,3 @@ def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch, helpers):
     helpers.env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "1", "4", "moe_mm_kg")
 
 
-def test_fuse_all_builds_compile_and_its_canary_changes_only_the_fused_build(tmp_path, monkeypatch):
-    """attn_split with BW24_ATTN_FUSE_ALL (the fused pass 2 over all heads at once) is other code than the default
-    instance, its canary (BW24_PLANTED_FUSEALL) other code again, and the canary's macro changes nothing without it."""
-    from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = tuple(n for n in COMPILE_SET["attention.cu"] if n.startswith("attn_split<128,128,4,32"))
-    assert names
-
-    def build(**defines):
-        return compile_cubin(KERNEL_DIR / "attention.cu", "90a", {"BW24_PDL": 1, **defines}, name_expressions=names).cubin
-
-    plain, fused = build(), build(BW24_ATTN_FUSE_ALL=1)
-    assert fused != plain and build(BW24_ATTN_FUSE_ALL=1, BW24_PLANTED_FUSEALL=1) != fused
-    assert build(BW24_PLANTED_FUSEALL=1) == plain

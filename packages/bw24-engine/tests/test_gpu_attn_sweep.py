@@ -22,20 +22,21 @@ def sweep():
 
 @pytest.mark.parametrize("shape", ["32b", "30b-a3b", "8b", "0.6b"])
 def test_each_shape_starts_from_its_default_and_names_each_setting_once(sweep, shape):
-    from bw24.engine.ops.cuda.attn import dec_mma_default
+    from bw24.engine.ops.cuda.attn import DEC_MMA_SPLITS, dec_mma_default
 
     H, Hkv = sweep.SHAPES[shape]
     rows = sweep.settings(H // Hkv)
     labels = [label for label, _ in rows]
     assert len(labels) == len(set(labels))
     first = rows[0][1]
-    assert first["attn_dec_mma"] == dec_mma_default(H, Hkv) and first["attn_override"] is None
-    assert not first["attn_dec_pipe"] and not first["attn_dec_fuse"]
+    assert first["attn_dec_mma"] == dec_mma_default(H, Hkv) == 1024 and first["attn_override"] is None
+    assert first["attn_dec_pipe"] is True
     assert all(set(a) == set(first) for _, a in rows)
-    # every split count with the pipe and the fused pass 2, alone and together, on the tensor-core pass 1
-    for ns in (33, 16):
-        got = {(a["attn_dec_pipe"], a["attn_dec_fuse"]) for _, a in rows if a["attn_override"] == {"max_splits": ns}}
-        assert got == {(False, False), (True, False), (False, True), (True, True)}
+    # every split count on the tensor-core pass 1 with the pipe and without (the default's own count: without)
+    for ns in (66, DEC_MMA_SPLITS, 16):
+        got = {a["attn_dec_pipe"] for _, a in rows if a["attn_override"] == {"max_splits": ns}}
+        assert got == ({False} if ns == DEC_MMA_SPLITS else {True, False}), ns
+    assert any(a["attn_dec_mma"] == 0 and a["attn_fuse"] for _, a in rows)  # attn_split's own fused pass 2
 
 
 def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(sweep, monkeypatch, capsys):
@@ -45,8 +46,7 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     when its stream is read through to_host (a non-blocking stream): at 1aeef0e the sweep read with cp.asnumpy,
     which does not wait, and its reference rows came back as zeros on the H200. Its `no comb` column replays
     the same calls with attn_combine's launches dropped (the stand-in's time is its launches a layer: 2 with pass 2
-    as its own launch, 1 without it or with the fused pass 2), and leaves the backend's launch methods as they
-    were."""
+    as its own launch, 1 without it), and leaves the backend's launch methods as they were."""
     import sys
     import types
     from contextlib import contextmanager
@@ -57,7 +57,7 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     made: list = []
 
     class FakeOps:
-        attn_dec_mma, attn_dec_pipe, attn_dec_fuse, attn_fuse, attn_fuse_all = 0, False, False, None, False
+        attn_dec_mma, attn_dec_pipe, attn_fuse = 0, False, None
 
         def __init__(self):
             self.cls = None
@@ -92,13 +92,13 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
 
         def attention(self, q, kc, vc, pos, *, scale, softcap, window, out, n_keys=None):
             ov = getattr(self, "attn_override", None) or {}
-            seen.append((self.cls, self.attn_dec_mma, self.attn_dec_pipe, self.attn_dec_fuse, ov.get("max_splits")))
-            # the pipe and the fused pass 2 keep the bits; the path and the split count change them
-            value = 1.0 + 1e-3 * (self.attn_dec_mma > 0) + 1e-4 * (ov.get("max_splits") or 0)
+            seen.append((self.cls, self.attn_dec_mma, self.attn_dec_pipe, ov.get("max_splits")))
+            # the pipe keeps the bits; the path and the split count change them
+            ns = ov.get("max_splits") or (33 if self.attn_dec_mma else 66)  # (attn.attn_geometry's counts)
+            value = 1.0 + 1e-3 * (self.attn_dec_mma > 0) + 1e-4 * ns
             self._launch(self._k_with("attention_dec_mma.cu", "pass 1", ()), (1,), 128,
                          lambda: out.__setitem__(..., value))
-            if not self.attn_dec_fuse:  # pass 2 as its own launch
-                self._launch(self._k_with("attention.cu", "attn_combine", ()), (1,), 128, None)
+            self._launch(self._k_with("attention.cu", "attn_combine", ()), (1,), 128, None)  # pass 2
 
     fake_cuda = types.ModuleType("bw24.engine.ops.cuda")
     fake_cuda.CudaOps = FakeOps
@@ -116,13 +116,12 @@ def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(swee
     assert len(rows) == n32 + n8
     assert all(s[0] == "deep" for s in seen)  # every call inside the deep class at 4,096 keys
     assert FakeOps.attn_dec_mma == 0 and FakeOps.attn_dec_pipe is False  # class attributes untouched
-    assert "(reference)" in rows[0] and "bits = 0" in next(r for r in rows[:n32] if "mma +pipe +fuse" in r)
+    assert "(reference)" in rows[0] and "bits = 0" in next(r for r in rows[:n32] if "mma 33 splits  " in r)
     assert "maxrel" in next(r for r in rows[:n32] if "mma 16 splits +pipe" in r)
     assert "maxrel" in next(r for r in rows[:n32] if "attn_split" in r)
-    # us/layer and `no comb`: two launches a layer, one without attn_combine's; a fused pass 2 launches one
+    # us/layer and `no comb`: two launches a layer, one without attn_combine's
     def times(row):  # the two columns after the setting's (shape 9, keys 6, T 2, setting 30 wide)
         return row[52:].split()[:2]
 
     assert times(rows[0]) == ["2.00", "1.00"]
-    assert times(next(r for r in rows[:n32] if "mma +pipe +fuse" in r)) == ["1.00", "1.00"]
     assert "_k_with" not in vars(made[0]) and "_launch" not in vars(made[0])

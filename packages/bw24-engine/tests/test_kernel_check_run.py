@@ -1,7 +1,8 @@
 """kernel_check.run_cases goes on past a case that raises, and that case is red.
 
-At 1aeef0e the H200's kernel-check ended 139 cases in: moe_router_cl's launch failed (too many registers a block)
-and the exception left run_cases, so the 392 cases after it were never checked and the log ended in a traceback.
+At 1aeef0e the H200's kernel-check ended 139 cases in: a kernel's launch failed (too many registers a block; the
+cluster router's, since removed) and the exception left run_cases, so the 392 cases after it were never checked and
+the log ended in a traceback.
 Now a raising case becomes a red Result that names the exception, and the next cases still run.
 """
 

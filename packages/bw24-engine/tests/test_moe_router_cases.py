@@ -30,9 +30,11 @@ class PlantedRouteRef(RefOps):
         return out
 
 
-# the three reference cases' (T, X, k, norm, E, expert type), experts narrowed to F = 256 (the routing's
-# sensitivity is the router's: its logits' size follows E, not F)
-CASES = [(1, 128, 8, True, 256, Q.Q4_K), (5, 16, 8, True, 2048, Q.Q4_K), (3, 10, 3, False, 544, Q.Q8_0)]
+# the four reference cases' (T, X, k, norm, E, expert type), experts narrowed to F = 256 (the routing's
+# sensitivity is the router's: its logits' size follows E, not F); the last, past moe_router's prefetched
+# columns (new after 5107205)
+CASES = [(1, 128, 8, True, 256, Q.Q4_K), (5, 16, 8, True, 2048, Q.Q4_K), (3, 10, 3, False, 544, Q.Q8_0),
+         (2, 16, 4, True, 2560, Q.Q4_K)]
 
 
 def _rel(T, X, k, norm, E, qt, router_std, seed):
@@ -61,3 +63,24 @@ def test_at_the_old_unit_scale_it_did_not():
         for seed in (0, 1, 2):
             assert _rel(*case, None, seed) < TOL["matmul"], (case, seed)
     assert _rel(*CASES[2], None, 1) < TOL["matmul"] < _rel(*CASES[2], None, 0)
+
+
+@pytest.mark.parametrize("T,X,k,norm,E,qt", CASES)
+def test_the_prefetch_canary_shows_in_every_reference_case(T, X, k, norm, E, qt):
+    """moe.cu's BW24_PLANTED_ROUTERPF (moe_router's prefetch reads the next row's weights, the last row row 0's)
+    on the reference: every token's logits shift by one expert, so its picks change and the output moves far past
+    the tolerance in each of the four cases (the GPU canary's premise, test_cuda_gpu.py)."""
+    import dataclasses
+
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        tis = moe_weights("t:", rng, X, E, 256, qt, qt, router_std=ROUTER_REAL)
+        shifted = [dataclasses.replace(tis[0], raw=np.roll(tis[0].raw.reshape(X, -1), -1, axis=0).reshape(tis[0].raw.shape)),
+                   *tis[1:]]
+        x = rng.standard_normal((T, E)).astype(np.float32)
+        outs = []
+        for ws in (tis, shifted):
+            ops, out = RefOps(), np.empty((T, E), np.float32)
+            ops.moe(x, *(ops.load_weight(t) for t in ws), n_used=k, norm_weights=norm, act="silu", out=out)
+            outs.append(out)
+        assert compare("planted", "matmul", outs[1], outs[0]).rel > 100 * TOL["matmul"], seed

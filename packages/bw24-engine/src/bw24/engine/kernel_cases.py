@@ -383,35 +383,6 @@ def opted(case: Case, attr: str, value) -> Case:
     return run
 
 
-def _clusters() -> bool:
-    """Thread block clusters on this machine's GPU (sm_90+), or no GPU (the cases are then only listed)."""
-    from bw24.runtime import device_info, has_gpu
-
-    return not has_gpu() or device_info().cc >= (9, 0)
-
-
-def router_cluster_case(T: int, X: int, E: int, k: int, norm: bool) -> Case:
-    """moe_router_cl (BW24_MOE_ROUTER_CLUSTER: a token's router rows over one thread block cluster, its barrier in
-    place of the ticket) gives moe_router's logits, picks and weights bit for bit, twice in a row (no ticket to
-    re-arm; the buffers NaN-poisoned before each launch, so a row or pick never written shows). Routers of a real
-    router's logit size (ROUTER_REAL)."""
-    def run(name, ref, cu, rng):
-        from .ops.cuda.moe import router_launch
-
-        router = cu.load_weight(router_weight(f"{name}:", rng, X, E, ROUTER_REAL))
-        x = _dev(cu, rng.standard_normal((T, E)).astype(np.float32))
-        got = []
-        for on in (False, True, True):
-            rl, sel, wts = cu._put(np.full((T, X), np.nan, np.float32)), cu._put(np.full(T * k, -1, np.int32)), \
-                cu._put(np.full(T * k, np.nan, np.float32))
-            with setting(cu, "moe_router_cluster", on):
-                router_launch(cu, router, x, k, norm, rl, sel, wts)
-            got.append(np.concatenate([cu.to_host(rl).ravel(), cu.to_host(sel).astype(np.float32),
-                                       cu.to_host(wts)]))
-        return compare(name, "exact", np.concatenate(got[1:]), np.concatenate([got[0], got[0]]))
-    return run
-
-
 def moe_verify_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: bool = False) -> Case:
     """Speculative verify (T tokens in one call) gives bit-identical rows to T decode calls (T = 1): the
     MoE layer's batch_rows_exact contract (routing, experts and combine per token, fixed order). q8: with
@@ -549,17 +520,13 @@ def cases() -> Iterator[tuple[str, Case]]:
         opted(moe_case(Q.Q4_K, 5, 16, 8, True, True, E=2048, F=768, router_std=ROUTER_REAL), "moe_router_fuse", True)
     yield "moe router fused Q8_0 T=3 X=10 k=3 E=544 F=160", \
         opted(moe_case(Q.Q8_0, 3, 10, 3, False, False, E=544, F=160, router_std=ROUTER_REAL), "moe_router_fuse", True)
+    # a row longer than the weights moe_router loads before its PDL wait (moe.cu ROUTER_PF: 2,048 columns), so the
+    # loop after it runs too
+    yield "moe router fused Q4_K/Q4_K/Q4_K T=2 X=16 k=4 E=2560 F=256 norm (past the prefetch)", \
+        opted(moe_case(Q.Q4_K, 2, 16, 4, True, False, E=2560, F=256, router_std=ROUTER_REAL), "moe_router_fuse", True)
     for q8 in (False, True):
         yield f"moe router fused{' q8' if q8 else ''} decode==verify bitwise Q4_K/Q6_K T=9 X=16 k=8 E=2048 F=768", \
             opted(moe_verify_case(Q.Q4_K, Q.Q6_K, 9, 16, 8, 2048, 768, q8=q8), "moe_router_fuse", True)
-    # the router's rows over one thread block cluster (BW24_MOE_ROUTER_CLUSTER): the 30B-A3B's router (128 x 2048,
-    # top-8, normalized) at T = 1 and 5, rows no multiple of the cluster (100: 13 a block, a warp 1 or 2), 256 rows
-    # (8 warps a block, 4 rows a warp), top-3 unnormalized; the planted variant (each logit stored one row on) turns
-    # all 5 red. Not on a GPU before sm_90, which has no clusters (CudaOps never takes the path there)
-    for T, X, E, k, norm in ((1, 128, 2048, 8, True), (5, 128, 2048, 8, True), (3, 100, 544, 8, True),
-                             (2, 256, 768, 8, True), (1, 60, 512, 3, False)) if _clusters() else ():
-        yield f"moe router cluster == ticket bitwise T={T} X={X} E={E} k={k}{' norm' if norm else ''}", \
-            router_cluster_case(T, X, E, k, norm)
     yield "advance pos += 3", advance_case()
     # FR-Spec's trimmed draft head spread back over the vocabulary: qwen2.5's 151,936 ids, 32,768 kept; a
     # verify's 8 rows; a V that is no multiple of the block

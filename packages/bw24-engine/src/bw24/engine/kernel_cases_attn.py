@@ -465,21 +465,17 @@ def dec_mma(frm: int) -> Callable[[Case], Case]:
 dec_pipe = _with("attn_dec_pipe", "attn_dec_mma's tiles through two cp.async stages (BW24_ATTN_DEC_PIPE).")
 
 
-dec_fuse = _with("attn_dec_fuse", "attn_dec_mma's pass 2 inside it (BW24_ATTN_DEC_FUSE).")
-fuse_all = _with("attn_fuse_all", "attn_split's fused pass 2 over all its heads at once (BW24_ATTN_FUSE_ALL).")
-
-
 def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
     """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): the plain kernel's bits, twice in a
-    row, at splits of 1 to 4 tiles of 64 keys (the grid forced to 16 or 33 splits at depth, or the default one-tile
-    splits), a last tile cut short, verify rows, softcap, a window; and against the reference. The planted_decpipe
+    row, at splits of 1 to 4 tiles of 64 keys (the grid forced to 16 or 33 splits at depth, or the default's, 33 since
+    5107205: attn.DEC_MMA_SPLITS), a last tile cut short, verify rows, softcap, a window; and against the reference. The planted_decpipe
     canary (each split's prefetch from its second round on fetches a tile too far) turns the 4 whose splits hold
     3 or more tiles red; those of 1 or 2 tiles stay green, as they must, and so does rows==decode (the planted
     kernel against itself)."""
     for D, G, Hkv, T, p0, ns, win, cap, tiles in (
             (128, 8, 8, 1, 4000, 16, None, None, 4), (128, 8, 4, 5, 3000, 16, None, None, 3),
             (128, 4, 8, 1, 4000, 33, None, None, 2), (64, 7, 2, 1, 2000, 16, None, None, 2),
-            (128, 8, 8, 1, 4000, None, None, None, 1), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
+            (128, 8, 8, 1, 4000, None, None, None, 2), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
             (64, 3, 2, 2, 3000, 16, 2048, None, 2)):
         case = dec_mma(1024)(same_bits_case("attn_dec_pipe", D, G, T, p0, win, cap, Hkv, True, reps=2))
         yield (f"attn dec pipe == plain bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
@@ -491,45 +487,6 @@ def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
         dec_pipe(dec_mma_ref_case(128, 8, 9, 1020, 1024, Hkv=4))
     yield "attn dec pipe rows==decode D=128 G=8 Hkv=4 T=6 pos=3000 from=1024 splits=16 half-KV", \
         splits(16)(dec_pipe(dec_mma(1024)(attn_rows_case(128, 8, 6, 3000, Hkv=4, half=True))))
-
-
-def dec_fuse_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_ATTN_DEC_FUSE (attn_dec_mma's rows combined by their last split block): the separate pass 2's bits,
-    twice in a row (the tickets re-arm), on the default one-tile grid (66 splits at 8 kv heads), 64, 33 and 16
-    splits, verify rows straddling the threshold (attn_combine, built with BW24_ATTN_COMBINE_FROM, keeps the rows
-    under it), with the pipe; the int8 rows of a q8 output projection and the reference. The planted_decfuse canary
-    (each row's last live split dropped) turns all 9 red: every row past the threshold here has several splits."""
-    for D, G, Hkv, T, p0, ns in ((128, 8, 8, 1, 4000, None), (128, 8, 4, 5, 3000, 16), (128, 4, 8, 1, 4000, 33),
-                                 (128, 8, 4, 9, 1020, 16), (64, 7, 2, 1, 2000, 64)):
-        case = dec_mma(1024)(same_bits_case("attn_dec_fuse", D, G, T, p0, None, None, Hkv, True, reps=2))
-        yield (f"attn dec fuse == separate bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
-               f"{f' splits={ns}' if ns else ''} half-KV"), splits(ns)(case) if ns else case
-    yield "attn dec fuse == separate bitwise +pipe D=128 G=8 Hkv=8 T=1 pos=4000 splits=16 half-KV", \
-        splits(16)(dec_pipe(dec_mma(1024)(same_bits_case("attn_dec_fuse", 128, 8, 1, 4000, None, None, 8, True,
-                                                         reps=2))))
-    yield "attn dec fuse +q8 out D=128 G=8 Hkv=8 T=1 pos=3000 from=1024 splits=33 half-KV", \
-        splits(33)(dec_fuse(dec_mma(1024)(attn_q8_case(128, 8, 1, 3000, 8, half=True, cls="gemm16"))))
-    yield "attn dec fuse D=128 G=8 Hkv=8 T=1 pos=4000 from=1024 half-KV", \
-        dec_fuse(dec_mma_ref_case(128, 8, 1, 4000, 1024, Hkv=8))
-    yield "attn dec fuse D=128 G=8 Hkv=4 T=3 pos=2000 from=1024 splits=16 half-KV", \
-        splits(16)(dec_fuse(dec_mma_ref_case(128, 8, 3, 2000, 1024, Hkv=4)))
-
-
-def fuse_all_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_ATTN_FUSE_ALL (attn_split's fused pass 2 combining its block's heads all at once): the separate pass 2's
-    bits twice in a row at 32-63 live splits (G = 2, 4, 7 and a kv head's 8 split into blocks of 4; decode and
-    verify rows), past the 72 its weights hold (126 live splits: the head-by-head loop, still the same bits); the
-    int8 rows and the reference. The planted_fuseall canary (each row's last live split dropped) turns the 6 whose
-    rows take the all-heads path red; the one past 72 splits stays green."""
-    for D, G, Hkv, T, p0 in ((128, 4, 8, 1, 4000), (128, 2, 8, 5, 3000), (64, 7, 2, 9, 1000), (128, 8, 4, 3, 3000)):
-        yield f"attn fuse all == separate bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}", \
-            fuse_all(fused_equals_separate_case(D, G, T, p0, Hkv=Hkv))
-    yield "attn fuse all == separate bitwise D=128 G=4 Hkv=8 T=1 pos=4000 splits=132 (head by head)", \
-        splits(132)(fuse_all(fused_equals_separate_case(128, 4, 1, 4000, Hkv=8)))
-    yield "attn fuse all +q8 out D=128 G=4 Hkv=8 T=1 pos=3000 half-KV", \
-        fuse_all(fused(attn_q8_case(128, 4, 1, 3000, 8, True)))
-    yield "attn fuse all D=128 G=4 Hkv=8 T=5 pos=3000 half-KV", \
-        fuse_all(fused(attn_ref_case(128, 4, 5, 3000, Hkv=8, half=True)))
 
 
 def cases() -> Iterator[tuple[str, Case]]:
@@ -708,8 +665,6 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn dec mma rows==decode D=128 G=8 Hkv=4 T=9 pos=1020 from=1024 half-KV", \
         dec_mma(1024)(attn_rows_case(128, 8, 9, 1020, Hkv=4, half=True))
     yield from dec_pipe_cases()
-    yield from dec_fuse_cases()
-    yield from fuse_all_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -50,14 +50,9 @@
 #ifndef BW24_COMBINE_UNROLL
 #define BW24_COMBINE_UNROLL 32
 #endif
-// BW24_ATTN_FUSE_ALL (ops/cuda/backend.py attn_fuse_all, BW24_ATTN_FUSE_ALL=1; opt-in until measured): the fused pass
-// 2's last split block combines its G heads all at once (attn_chunk.cuh combine_heads_all, one output a thread)
-// instead of one after another (combine_head per head: a chain of dependent round trips each), where the row's live
-// splits fit its staged weights (FUSE_SPLITS); the same arithmetic per output, so the same bits. Built only into
-// the fused instance, so the default one's registers do not move.
-#ifndef BW24_ATTN_FUSE_ALL
-#define BW24_ATTN_FUSE_ALL 0
-#endif
+// Not here: the fused pass 2's last block combining its G heads all at once (BW24_ATTN_FUSE_ALL, 1aeef0e) instead
+// of one after another: on the H200 at 5107205 slower than pass 2 as its own launch at every shape measured (the
+// 30B-A3B's 4,096 keys 22.50 us a layer against 16.44; evidence/attn_sweep_h200_5107205.log). Removed.
 // Not here: loading the first 72 splits' partial rows and (m, l) before the max (one L2 round trip instead of
 // 3-4; BW24_ATTN_COMBINE_PF=72 at 5b56e32) made the decode slower on every cell measured, most where pass 2 is
 // the larger share: the 0.6B's d0 token -13.1%, the 8B's -7.3% (d0) / -2.0% (d4096). Removed.
@@ -567,18 +562,6 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     __shared__ bool last;
     __shared__ float red[32], wt[COMBINE_TILE], lw[COMBINE_TILE];
     if (!last_arrival(tickets + (i64)t * gridDim.x + blockIdx.x, live, last)) return;  // per (t, head group)
-#if BW24_ATTN_FUSE_ALL  // all G heads at once (attn_chunk.cuh combine_heads_all; the same bits) where the weights fit
-    if (live <= FUSE_SPLITS) {
-        __shared__ float fw[G][FUSE_SPLITS], fl[G][FUSE_SPLITS], fm[G];
-#ifdef BW24_PLANTED_FUSEALL  // kernel_check canary: each row's last live split dropped
-        const int nl = live - 1;
-#else
-        const int nl = live;
-#endif
-        combine_heads_all<G, DV, NW * 32>(part_ml, part_acc, (i64)t * H + qh0, nsplit, live, nl, out, xq, xs, fw, fl, fm);
-        return;
-    }
-#endif
 #pragma unroll 1
     for (int g = 0; g < G; ++g) {
         const i64 h = (i64)t * H + qh0 + g;
@@ -610,9 +593,6 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
 #endif
     const int live = (n + c - 1) / c;
     if (live == 1) return;  // attn_split wrote the output itself
-#ifdef BW24_ATTN_COMBINE_FROM  // rows past this many live keys: attn_dec_mma's fused pass 2 wrote them
-    if (n > BW24_ATTN_COMBINE_FROM) return;
-#endif
     combine_head(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV, out + ((i64)t * H + h) * DV, red, wt, lw);
     if (xq) {  // this thread's own output dim, just written by it
         const i64 o = ((i64)t * H + h) * DV + threadIdx.x;

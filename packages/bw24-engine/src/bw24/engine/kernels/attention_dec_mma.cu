@@ -1,6 +1,6 @@
 // attention_dec_mma.cu: pass 1 of the decode / verify attention (attention.cu attn_split's split-K) on tensor
-// cores, for the rows whose live keys exceed `from` (BW24_ATTN_DEC_MMA=from, ops/cuda/attn.py; opt-in until
-// measured). Float16 cache only.
+// cores, for the rows whose live keys exceed `from` (BW24_ATTN_DEC_MMA=from, ops/cuda/attn.py; the default past 1,024
+// keys for grouped heads since 5107205, attn.DEC_MMA_MIN_G). Float16 cache only.
 //
 // Why: at 4,096 keys the 8B's attn_split ran 16.1 us a layer at 1.04 TB/s (H200, ba03fa3, Nsight Compute): 154
 // registers, 3 blocks of 4 warps an SM, 41% of the issue slots busy: each (key, q head) costs a 4-wide fma, a
@@ -27,13 +27,14 @@
 // A row's only live split (few keys, or one split up to BW24_ATTN_SHORT keys) writes the output itself and, for
 // a q8 output projection (xq != null), its int8 quantization (quant_x.cuh), as attn_split's does; attn_combine
 // returns for such rows.
-// BW24_DEC_MMA_PIPE (ops/cuda/backend.py attn_dec_pipe, BW24_ATTN_DEC_PIPE=1; opt-in until measured): the tiles go
+// BW24_DEC_MMA_PIPE (ops/cuda/backend.py attn_dec_pipe; the default since 5107205, BW24_ATTN_DEC_PIPE=0: off): the tiles go
 // through two stages of dynamic shared memory by cp.async, tile i + 1's copies in flight while tile i's math runs.
 // Why: Nsight Compute on the H200 (b7b8a71, the 32B at 4,096 keys, 66 splits: one 64-key tile a block) put this
 // kernel at 14.3 us a layer, DRAM 24% busy, and attn_combine at 9.8 us for 66 splits. Fewer splits (BW24_ATTN_DECODE
 // = 32:16 or 32:33) shorten pass 2's chain but give each block several tiles, whose loads the plain loop issues only
 // after the previous tile's math. The math, its order and the tiles' contents are the plain loop's: the same bits
-// (kernel-check's "dec mma pipe == plain bitwise"). 2 x 34.8 KB a block at D = DV = 128: 3 blocks an SM.
+// (kernel-check's "dec mma pipe == plain bitwise"). 2 x 34.8 KB a block at D = DV = 128: 3 blocks an SM. With it
+// the model's mma rows take 33 splits (ops/cuda/attn.py DEC_MMA_SPLITS): two tiles a split at 4,096 keys.
 #include "mma.cuh"
 #include "attn_chunk.cuh"
 #include "quant_x.cuh"
@@ -44,16 +45,10 @@
 #ifndef BW24_DEC_MMA_PIPE
 #define BW24_DEC_MMA_PIPE 0
 #endif
-// BW24_DEC_MMA_FUSE (ops/cuda/attn.py, BW24_ATTN_DEC_FUSE=1 where the grid has at most FUSE_SPLITS splits; opt-in
-// until measured): pass 2 of this kernel's rows inside it. The last live split block of (token, kv head) to finish
-// (last_arrival's ticket) combines its G heads, all of them at once (attn_chunk.cuh combine_heads_all: one output a
-// thread, attn_combine's arithmetic): the same bits. attn_combine (built with
-// BW24_ATTN_COMBINE_FROM) then returns for these rows, and a step of one token in a deep class launches it not at
-// all. Why: at 4,096 keys the 32B's attn_combine took 9.8 us a layer beside attn_dec_mma's 14.3 (Nsight Compute,
-// b7b8a71): 64 blocks in a chain of dependent round trips, plus a launch.
-#ifndef BW24_DEC_MMA_FUSE
-#define BW24_DEC_MMA_FUSE 0
-#endif
+// Not here: pass 2 of this kernel's rows inside it (BW24_DEC_MMA_FUSE, 1aeef0e: the last split block of (token, kv
+// head) combining its G heads): on the H200 at 5107205 slower than attn_combine's launch at every split count and
+// shape measured (the 32B at 4,096 keys, 33 splits with the pipe: 23.85 us a layer against 15.07;
+// evidence/attn_sweep_h200_5107205.log): its last block's serial combine costs more than the launch it saves.
 
 // 16 bytes global -> shared without registers (sm_80+); valid = false writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -162,7 +157,7 @@ __global__ void __launch_bounds__(DM_WARPS * 32, 4)
 attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
              int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
-             i8* __restrict__ xq, int2* __restrict__ xs, int* __restrict__ tickets) {
+             i8* __restrict__ xq, int2* __restrict__ xs) {
     PDL_OPEN();
     static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128 && G >= 1 && G <= 8, "shapes");
     constexpr int KP = D + 8, VP = DV + 8;  // padded rows (halves): 16-byte aligned, conflict-free reads
@@ -264,17 +259,4 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         merge_warps_store<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), i / DV, i % DV,
                                            (i64)t * H + hk * G + i / DV, nsplit, s, single, lane, out, xq, xs,
                                            part_ml, part_acc);
-#if BW24_DEC_MMA_FUSE
-    if (single) return;  // this block wrote the output itself
-    __shared__ bool last;
-    __shared__ float fw[G][FUSE_SPLITS], fl[G][FUSE_SPLITS], fm[G];
-    if (!last_arrival(tickets + (i64)t * gridDim.x + hk, live, last)) return;  // per (token, kv head)
-#ifdef BW24_PLANTED_DECFUSE  // kernel_check canary: the fused pass 2 drops each row's last live split
-    const int nl = live - 1;
-#else
-    const int nl = live;
-#endif
-    combine_heads_all<G, DV, DM_WARPS * 32>(part_ml, part_acc, (i64)t * H + hk * G, nsplit, live, nl, out, xq, xs, fw, fl,
-                                           fm);
-#endif
 }

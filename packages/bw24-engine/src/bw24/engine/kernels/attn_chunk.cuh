@@ -56,47 +56,4 @@ __device__ __forceinline__ void merge_warps_store(const float (*sm_m)[GH], const
     }
 }
 
-// The fused pass 2 of GH heads at once (their rows h0 .. h0 + GH - 1 of out, partials at rows h * nsplit + s), by NT
-// threads, one output a thread at a time: attn_combine's arithmetic for each (attention.cu combine_head: M the exact
-// max of the live m_s, w_s = e^(m_s - M), L = the sum of l_s w_s and A of acc_s w_s in split order, out = A / L), so
-// its bits; nl = live but for a canary. The weights are staged in fw / fl [GH][FUSE_SPLITS], fm [GH]: live <=
-// FUSE_SPLITS (ops/cuda/attn.py DEC_FUSE_SPLITS). Used by attn_dec_mma's fused pass 2 (BW24_DEC_MMA_FUSE) and
-// attn_split's (BW24_ATTN_FUSE_ALL), where a block's last split combined its heads one after another: a chain of
-// dependent round trips per head.
-#define FUSE_SPLITS 72
-template <int GH, int DVH, int NT>
-__device__ __forceinline__ void combine_heads_all(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
-                                                  i64 h0, int nsplit, int live, int nl, float* __restrict__ out,
-                                                  i8* __restrict__ xq, int2* __restrict__ xs,
-                                                  float (*fw)[FUSE_SPLITS], float (*fl)[FUSE_SPLITS], float* fm) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int gg = w; gg < GH; gg += NT / 32) {  // each head's max over its live splits (exact in any order)
-        float M = -INFINITY;
-        for (int u = lane; u < live; u += 32) M = fmaxf(M, __ldcg(part_ml + 2 * ((h0 + gg) * nsplit + u)));
-        M = warp_max(M);
-        if (lane == 0) fm[gg] = M;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < GH * live; i += NT) {  // combine_head's weights, per head and split
-        const int gg = i / live, u = i % live;
-        const i64 r = (h0 + gg) * nsplit + u;
-        const float f = expf(__ldcg(part_ml + 2 * r) - fm[gg]);
-        fw[gg][u] = f;
-        fl[gg][u] = __ldcg(part_ml + 2 * r + 1) * f;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < GH * DVH; i += NT) {  // GH x DVH % 32 == 0: whole warps, whole int8 groups
-        const int gg = i / DVH, d = i % DVH;
-        const float* ab = part_acc + (h0 + gg) * nsplit * DVH + d;
-        float L = 0.f, A = 0.f;
-#pragma unroll 16
-        for (int u = 0; u < nl; ++u) {
-            L += fl[gg][u];
-            A = fmaf(__ldcg(ab + (i64)u * DVH), fw[gg][u], A);
-        }
-        const i64 o = (h0 + gg) * DVH + d;
-        out[o] = A / L;
-        if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
-    }
-}
 

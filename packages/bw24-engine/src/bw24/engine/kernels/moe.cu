@@ -146,14 +146,41 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int X, in
 // first warp (route_token): one launch a layer fewer, and the logits' round trip through a second kernel.
 // A row's sum depends on E only, never on T: verify rows equal decode rows.
 // Router row `row` of token t (one warp): lane j sums columns 4j + 128i (float4 loads, fmaf in column order), then
-// warp_sum's butterfly (every lane holds the sum). Shared by moe_router and moe_router_cl: one row's bits.
+// warp_sum's butterfly (every lane holds the sum). The lane's first ROUTER_PF float4 of the row come in `pf`,
+// loaded before the wait for the kernel ahead (moe_router), the rest here: the same sums in the same order.
+// Why: the router's weights are constants no kernel writes, so under PDL (common.cuh) their DRAM round trip can
+// overlap the kernel ahead, as the decode matvecs' first weight group does (qmatvec_q8.cu); after the wait only
+// x, just written and in L2, is left to load. E <= 128 * ROUTER_PF (the 30B-A3B's 2,048) takes the row whole.
+#define ROUTER_PF 16
+__device__ __forceinline__ void router_prefetch(const float* __restrict__ w, int E, int row, int lane,
+                                                float4 (&pf)[ROUTER_PF]) {
+    const float* wr = w + (i64)row * E;
+#pragma unroll
+    for (int i = 0; i < ROUTER_PF; ++i) {
+        const int c = 4 * lane + 128 * i;
+        pf[i] = c < E ? __ldg(reinterpret_cast<const float4*>(wr + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
 __device__ __forceinline__ float router_row(const float* __restrict__ w, const float* __restrict__ x, int E, int t,
-                                            int row, int lane) {
+                                            int row, int lane, const float4 (&pf)[ROUTER_PF]) {
     const float* wr = w + (i64)row * E;
     const float* xt = x + (i64)t * E;
     float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < ROUTER_PF; ++i) {
+        const int c = 4 * lane + 128 * i;
+        if (c < E) {
+            const float4 a = pf[i];
+            const float4 b = *reinterpret_cast<const float4*>(xt + c);
+            acc = fmaf(a.x, b.x, acc);
+            acc = fmaf(a.y, b.y, acc);
+            acc = fmaf(a.z, b.z, acc);
+            acc = fmaf(a.w, b.w, acc);
+        }
+    }
 #pragma unroll 8
-    for (int c = 4 * lane; c < E; c += 128) {
+    for (int c = 4 * lane + 128 * ROUTER_PF; c < E; c += 128) {
         const float4 a = __ldg(reinterpret_cast<const float4*>(wr + c));
         const float4 b = *reinterpret_cast<const float4*>(xt + c);
         acc = fmaf(a.x, b.x, acc);
@@ -167,11 +194,18 @@ __device__ __forceinline__ float router_row(const float* __restrict__ w, const f
 extern "C" __global__ void moe_router(const float* __restrict__ w, const float* __restrict__ x, int E, int X,
                                       int k, int norm, float* rl, int* tickets, int* __restrict__ sel,
                                       float* __restrict__ wts) {
-    PDL_OPEN();
+    PDL_TRIGGER();
     const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row = blockIdx.x * (blockDim.x >> 5) + warp;
+    float4 pf[ROUTER_PF];
+#ifdef BW24_PLANTED_ROUTERPF  // kernel_check canary: the prefetch reads the next row (the wrong weights, early)
+    if (row < X) router_prefetch(w, E, row + 1 < X ? row + 1 : 0, lane, pf);
+#else
+    if (row < X) router_prefetch(w, E, row, lane, pf);  // constants: before the wait (above)
+#endif
+    PDL_WAIT();
     if (row < X) {
-        const float acc = router_row(w, x, E, t, row, lane);
+        const float acc = router_row(w, x, E, t, row, lane, pf);
         if (lane == 0) rl[(i64)t * X + row] = acc;
     }
     __shared__ bool last;
@@ -179,39 +213,10 @@ extern "C" __global__ void moe_router(const float* __restrict__ w, const float* 
     if (warp == 0) route_token(rl + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, lane);
 }
 
-// moe_router with a thread block cluster in place of the ticket (BW24_MOE_ROUTER_CLUSTER, ops/cuda/moe.py; opt-in
-// until measured; sm_90+): token t's ROUTER_CLUSTER blocks (grid (ROUTER_CLUSTER, T), blockDim 32 x min(ROUTER_CL_WARPS,
-// ceil(X / ROUTER_CLUSTER))) are one cluster; warp g of the cluster (blockIdx.x * warps + warp) sums router rows g,
-// g + ROUTER_CLUSTER * warps, ...; after the rows, the cluster's hardware barrier (release / acquire at cluster
-// scope) orders every block's logits before block 0's first warp routes them. Why: the fused router stage took
-// 7.3 us a layer against 3.7 for its matvec alone (moesweep, 441fef8): the tail after the rows (each block's fence
-// through the whole GPU, the ticket's atomic, the last block's fence) is paid on one block, 48 times a token on the
-// 30B-A3B. The same rows (router_row: a row is one warp's, whatever the warp) and the same routing (route_token):
-// the bits of moe_router (kernel-check's "moe router cluster == ticket bitwise"). Why the warps are capped: the
-// kernel holds 166 registers a thread (route_token), so 16 warps a block (one a row of the 30B-A3B's 128) asked
-// for 85k of a block's 64k registers and the launch failed at 1aeef0e; 8 warps take 43k.
-#define ROUTER_CLUSTER 8
-#define ROUTER_CL_WARPS 8
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(ROUTER_CLUSTER, 1, 1) __launch_bounds__(32 * ROUTER_CL_WARPS)
-moe_router_cl(const float* __restrict__ w, const float* __restrict__ x, int E, int X, int k, int norm, float* rl,
-              int* __restrict__ sel, float* __restrict__ wts) {
-    PDL_OPEN();
-    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int row = blockIdx.x * nw + warp; row < X; row += ROUTER_CLUSTER * nw) {
-        const float acc = router_row(w, x, E, t, row, lane);
-#ifdef BW24_PLANTED_ROUTECL  // kernel_check canary: each row's logit stored one row on (row 0's never written)
-        const int to = min(row + 1, X - 1);
-#else
-        const int to = row;
-#endif
-        if (lane == 0) rl[(i64)t * X + to] = acc;
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    if (blockIdx.x == 0 && warp == 0)
-        route_token(rl + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, lane);
-}
-#endif
+// Not here: a token's router rows over one thread block cluster, its barrier in place of moe_router's ticket
+// (BW24_MOE_ROUTER_CLUSTER, 1aeef0e): slower on the H200 at 5107205, the router stage 7.89 us a layer against the
+// ticket's 7.27 (warps=2) and the 30B-A3B's d0 decode 449.4 tok/s against 461.3 on the defaults
+// (evidence/moe_decode_h200_5107205.log, perf_h200_5107205_moe_router_cluster.log). Removed.
 
 // ---- x staged in shared memory (moe_gu, moe_down) ------------------------------------------------
 __device__ __forceinline__ int swz(int g, int i) { return 8 * g + (i ^ (g & 7)); }

@@ -156,14 +156,17 @@ def _config(tuning, override: dict | None) -> dict:
 
 
 def attn_geometry(tuning, S: int, hkv: int, n_sm: int | None = None, override: dict | None = None, *,
-                  group: int = 1) -> tuple[int, int]:
-    """(CH, grid splits ns) for a cache of S keys and hkv kv heads of `group` q heads each. Never a function of T
-    (bit-identical rows). `override`: a config forced by a workbench sweep (CudaOps.set_launch_config("attention",
-    ...))."""
+                  group: int = 1, mma: bool = False) -> tuple[int, int]:
+    """(CH, grid splits ns) for a cache of S keys and hkv kv heads of `group` q heads each; `mma`: a model whose
+    deep rows take the tensor-core pass 1 (dec_mma_from), DEC_MMA_SPLITS or the table's "mma_splits" unless
+    max_splits is forced. Never a function of T or of the depth class (bit-identical rows). `override`: a config
+    forced by a workbench sweep or BW24_ATTN_DECODE (CudaOps.set_launch_config("attention", ...))."""
     cfg = _config(tuning, override)
     ch = cfg.get("chunk", ATTN_CHUNK)
     ch = ch if ch in ATTN_CHUNKS else ATTN_CHUNK  # a table entry outside the compiled set: default
     maxs = cfg.get("max_splits")
+    if mma and "max_splits" not in (override or {}):
+        maxs = cfg.get("mma_splits", DEC_MMA_SPLITS)
     if not isinstance(maxs, int) or maxs < 1:
         maxs = default_max_splits(split_units(hkv, group), n_sm if n_sm is not None else _sm_count())
     return ch, max(1, min(math.ceil(S / ch), maxs))
@@ -221,14 +224,21 @@ def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
 DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 32 <= 128, compiled)
 DEC_MMA_ALL = -1  # CudaOps.attn_dec_mma for BW24_ATTN_DEC_MMA=all: every row on tensor cores, no attn_split launch
 # BW24_ATTN_DEC_MMA unset: models with DEC_MMA_MIN_G or more q heads a kv head run rows past DEC_MMA_KEYS live keys
-# on tensor cores (CudaOps._attention_policy), the others every row on attn_split. Why: measured on the H200 twice
-# against the defaults of the same session, the G = 8 models' d4096 tokens were faster with it: the 32B's 123.9 /
-# 119.1 tok/s (+4.0%, eae1eee) and 124.6 / 118.4 (+5.2%, e6bec2b), the 30B-A3B's 367.9 / 361.8 (+1.7%) and 369.1 /
-# 366.4 (+0.7%); and the 30B-A3B's gate past 1,024 keys MATCHed with it both times. With fewer q heads a kv head an
-# mma tile's rows stay mostly empty: the 8B's (4) d4096 ran 385.6 / 388.1 (-0.6%), the 0.6B's (2) 943.5 / 1,005.6
-# (-6.2%) at eae1eee. Shallow rows (<= 1,024 keys) keep attn_split either way: DEC_MMA=all lost 6-12% at d0.
-DEC_MMA_MIN_G = 8
+# on tensor cores (CudaOps._attention_policy), through the cp.async pipe (CudaOps.attn_dec_pipe) over DEC_MMA_SPLITS
+# splits; the others every row on attn_split. Why: on the H200 at 5107205, the d4096 tokens against the defaults of
+# the same session (then: G = 8 alone on tensor cores, 66 splits, no pipe): the 8B (G = 4) 410.7 / 385.9 tok/s
+# (+6.4%), the 30B-A3B (8) 387.3 / 370.6 (+4.5%), the 0.6B (2) 1,016.2 / 1,004.2 (+1.2%), the 32B (8) 123.3 / 124.2
+# (-0.7%; +0.7% at a431903); the 30B-A3B's and smollm2's gates past 1,024 keys MATCHed with it, and kernel-check's
+# pipe cases were the plain kernel's bits (evidence/perf_h200_5107205*.log). The attention alone (gpu_attn_sweep.py):
+# 33 splits with the pipe was the fastest setting of the 32B, 30B-A3B and 8B at 4,096 and 16,384 keys. Before
+# (eae1eee) without the pipe, at 66 splits, the 8B had lost 0.6% and the 0.6B 6.2%: a 64-key tile of few q heads'
+# rows is mostly empty, and a split of one tile leaves nothing to overlap. Shallow rows (<= 1,024 keys) keep
+# attn_split either way: DEC_MMA=all lost 6-12% at d0. G = 1 (no grouped heads) was never measured: off.
+DEC_MMA_MIN_G = 2
 DEC_MMA_KEYS = 1024
+# The grid's splits where the tensor-core pass 1 applies (attn_geometry's mma): two or more 64-key tiles a split at
+# 4,096 keys, so the pipe has a next tile to fetch; a table's "mma_splits" (or a forced "max_splits") over it.
+DEC_MMA_SPLITS = 33
 
 
 def dec_mma_default(n_head: int, n_head_kv: int) -> int:
@@ -249,16 +259,6 @@ def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int
 
 
 DEC_MMA_TILE = 64  # keys a tile of attention_dec_mma.cu (DM_KT)
-DEC_FUSE_SPLITS = 72  # the most grid splits a fused pass 2 stages weights for (attn_chunk.cuh FUSE_SPLITS)
-
-
-def dec_fuse_applies(cu, frm: int | None, run_mma: bool, ns: int) -> bool:
-    """attn_dec_mma combines its own rows (BW24_ATTN_DEC_FUSE, CudaOps.attn_dec_fuse; attention_dec_mma.cu
-    BW24_DEC_MMA_FUSE, why there): where it launches and the grid's splits fit its staged weights. A function of
-    the geometry, never of T: every launch holding a row treats it alike."""
-    return frm is not None and run_mma and bool(getattr(cu, "attn_dec_fuse", False)) and ns <= DEC_FUSE_SPLITS
-
-
 def dec_pipe_smem(D: int, Dv: int) -> int:
     """Dynamic shared memory attn_dec_mma takes with BW24_ATTN_DEC_PIPE (CudaOps.attn_dec_pipe): two stages of a
     64-key tile's K and V rows of float16, each row padded by 8 halves (attention_dec_mma.cu's KP, VP)."""
@@ -297,10 +297,10 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         override = {"fuse_combine": int(forced), **(override or {})}
     fused = fuse_combine(tuning, override)
     frm = dec_mma_from(cu, k_cache, D, Dv, G, rope, fused)
-    # the splits fill one wave of the grid of the kernel that takes the deep rows: with BW24_ATTN_DEC_MMA one
-    # block a kv head (all its q heads), so a kv head's 8 q heads count once (the 32B's d4096: 66 splits, 528 blocks);
-    # rows of up to 32 x ns keys split the same at any ns (chunks of 32), so the shallow rows keep their bits
-    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=1 if frm is not None else G)
+    # with the tensor-core pass 1 one block a kv head (all its q heads) and DEC_MMA_SPLITS splits (the 32B's d4096:
+    # 8 x 33 = 264 blocks); rows of up to 32 x ns keys split the same at any ns (chunks of 32), so the shallow rows
+    # keep their bits whichever count a model takes
+    ch, ns = attn_geometry(tuning, S, Hkv, override=override, group=1 if frm is not None else G, mma=frm is not None)
     rows = out.reshape(T, H * Dv)
     # decode/verify rows feeding a q8 output projection (q8.feeds_q8, as rmsnorm decides for its
     # consumers): the kernel writing the output also writes its int8 quantization, so the wo matmul
@@ -322,38 +322,29 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
     run_split, run_mma = dec_mma_launches(cu, frm, T, window)
     if run_split:  # (with frm: built to return for the rows over frm live keys)
-        # (the fused pass 2 with all its heads at once: BW24_ATTN_FUSE_ALL, CudaOps.attn_fuse_all)
-        extra = ((("BW24_ATTN_DEC_MMA", frm),) if frm else ()) + \
-            ((("BW24_ATTN_FUSE_ALL", 1),) if fused and getattr(cu, "attn_fuse_all", False) else ())
+        extra = (("BW24_ATTN_DEC_MMA", frm),) if frm else ()
         cu._launch(cu._k_with("attention.cu", name, extra), (Hkv * hg, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                     np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
                     *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
-    mma_fuse = dec_fuse_applies(cu, frm, run_mma, ns)
     if run_mma:  # the rows over frm live keys: pass 1 on tensor cores, every kv head's G q heads in one block
-        mname = f"attn_dec_mma<{D},{Dv},{G},{ch}>"
-        # with its pass 2 inside: a ticket per (token, kv head), zeroed once and re-armed by the kernel
-        mtk = cu._buf("attn_mma_tickets", max(T, 16) * max(Hkv, 8), np.int32, zeroed=True) if mma_fuse else NULL
-        cu._launch(cu._k_with("attention_dec_mma.cu", mname, (("BW24_DEC_MMA_FUSE", 1),) if mma_fuse else ()),
-                   (Hkv, ns, T), 128,
+        cu._launch(cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs, mtk),
+                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs),
                    shared_mem=dec_pipe_smem(D, Dv) if getattr(cu, "attn_dec_pipe", False) else 0)
-    if fused or (mma_fuse and not run_split):  # every row's pass 2 done inside pass 1
+    if fused:  # every row's pass 2 done inside pass 1
         if quant:
             q8.mark_ready(cu, rows)
         return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
-    # (with the mma kernel's fused pass 2, attn_combine returns for its rows)
-    cu._launch(cu._k_with("attention.cu", "attn_combine", (("BW24_ATTN_COMBINE_FROM", frm),) if mma_fuse else ()),
-               (H, T), block,
+    cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out, xq, xs))
     if quant:
         q8.mark_ready(cu, rows)
 
 
 __all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "FEW_KV_HEADS", "MANY_Q_HEADS", "DEPTH_DEFAULT",
-           "DEC_MMA_ALL", "DEC_MMA_KEYS", "DEC_MMA_MIN_G", "DEC_MMA_TILE", "DEC_FUSE_SPLITS", "dec_fuse_applies",
+           "DEC_MMA_ALL", "DEC_MMA_KEYS", "DEC_MMA_MIN_G", "DEC_MMA_SPLITS", "DEC_MMA_TILE",
            "dec_mma_default", "dec_pipe_smem", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
            "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
            "split_units"]

@@ -94,7 +94,7 @@ class CudaOps(Ops):
 
     def _attention_policy(self, cfg) -> None:
         """The decode attention's tensor-core rows by the model's q heads a kv head when BW24_ATTN_DEC_MMA is unset
-        (attn.dec_mma_default: 1,024 live keys for 8, off below; the H200 figures at attn.DEC_MMA_MIN_G)."""
+        (attn.dec_mma_default: 1,024 live keys for 2 or more, off for 1; the H200 figures at attn.DEC_MMA_MIN_G)."""
         if self.attn_dec_mma_env is None:
             self.attn_dec_mma = _attn.dec_mma_default(cfg.n_head, cfg.n_head_kv)
 
@@ -297,26 +297,17 @@ class CudaOps(Ops):
     # Decode / verify rows with more than N live keys take pass 1 on tensor cores (kernels/attention_dec_mma.cu,
     # why there; ops/cuda/attn.py dec_mma_from says where it applies): BW24_ATTN_DEC_MMA=N, a positive multiple of
     # 32, or `all` (every row; no attn_split launch); 0: off; perf rows "attn_dec_mma_N" / "no_attn_dec_mma".
-    # Unset (the default): 1,024 for models of 8 q heads a kv head, off for the others (prepare_model's
+    # Unset (the default): 1,024 for models of 2 or more q heads a kv head, off for the others (prepare_model's
     # _attention_policy; attn.DEC_MMA_MIN_G: the H200 figures). float16 products (kernel_check's gemm16 class),
     # so other bits than attn_split's for those rows; a row's path depends on its live keys alone, so verify rows
     # still equal decode rows.
     attn_dec_mma_env = os.environ.get("BW24_ATTN_DEC_MMA")
     attn_dec_mma = 0  # the value __init__ checked (until a model's policy sets its default)
     # That kernel's tiles through two stages of shared memory by cp.async, the next tile's copies in flight during
-    # this one's math (attention_dec_mma.cu BW24_DEC_MMA_PIPE, why there; the same bits). BW24_ATTN_DEC_PIPE=1;
-    # perf rows record "attn_dec_pipe". Opt-in until measured; it matters where a split holds several 64-key tiles
-    # (BW24_ATTN_DECODE=32:16 or 32:33 at depth 4096).
-    attn_dec_pipe = os.environ.get("BW24_ATTN_DEC_PIPE", "0") == "1"
-    # Pass 2 of that kernel's rows inside it: the last split block of (token, kv head) combines its G heads
-    # (attention_dec_mma.cu BW24_DEC_MMA_FUSE, why there; attn_combine's arithmetic, the same bits), where the grid
-    # has at most attn.DEC_FUSE_SPLITS splits. BW24_ATTN_DEC_FUSE=1; perf rows record "attn_dec_fuse". Opt-in until
-    # measured.
-    attn_dec_fuse = os.environ.get("BW24_ATTN_DEC_FUSE", "0") == "1"
-    # attn_split's fused pass 2 (BW24_ATTN_FUSE=1 or the table's fuse_combine) combining its block's heads all at
-    # once (attention.cu BW24_ATTN_FUSE_ALL, why there; the same bits) instead of one after another.
-    # BW24_ATTN_FUSE_ALL=1; perf rows record "attn_fuse_all". Opt-in until measured.
-    attn_fuse_all = os.environ.get("BW24_ATTN_FUSE_ALL", "0") == "1"
+    # this one's math (attention_dec_mma.cu BW24_DEC_MMA_PIPE, why there; the same bits). On by default since
+    # 5107205's figures (attn.DEC_MMA_MIN_G); BW24_ATTN_DEC_PIPE=0 turns it off (perf rows "no_attn_dec_pipe").
+    attn_dec_pipe_env = os.environ.get("BW24_ATTN_DEC_PIPE", "1")
+    attn_dec_pipe = attn_dec_pipe_env != "0"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -349,11 +340,6 @@ class CudaOps(Ops):
     # router's qmv took 3.8 us and moe_route 4.9 us a layer, 415 of the 30B-A3B's 2,415 us a token. The
     # default since 2c3a1bc (above); BW24_MOE_ROUTER=0 turns it off (perf rows "no_moe_router").
     moe_router_fuse = os.environ.get("BW24_MOE_ROUTER", "1") != "0"
-    # That launch's blocks of a token as one thread block cluster, whose hardware barrier replaces the ticket and the
-    # fences before the routing (moe.cu moe_router_cl, why there; the same bits). BW24_MOE_ROUTER_CLUSTER=1; perf rows
-    # record "moe_router_cluster". Opt-in until measured; sm_90+ (clusters), elsewhere the ticket as before.
-    moe_router_cluster_env = os.environ.get("BW24_MOE_ROUTER_CLUSTER", "0") == "1"
-    moe_router_cluster = False  # the value __init__ set from the variable and the device
     # A mixture of experts' prefill FFN as grouped GEMMs on tensor cores with the routing read on the device
     # (ops/cuda/moe_prefill.py grouped_ffn, kernels/moe_mm.cu): five launches a layer whatever the routing, no
     # host sync, so MoE chunks take prefill graphs too. At 8128fa9 the 30B-A3B's pp512 ran 85.9 ms for 46.4 ms
@@ -447,9 +433,7 @@ class CudaOps(Ops):
                                       ("no_attn_depth", self.attn_depth_env == "0"),
                                       (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env not in (None, "0")),
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
-                                      ("attn_dec_pipe", self.attn_dec_pipe), ("attn_dec_fuse", self.attn_dec_fuse),
-                                      ("attn_fuse_all", self.attn_fuse_all),
-                                      ("moe_router_cluster", self.moe_router_cluster_env),
+                                      ("no_attn_dec_pipe", not self.attn_dec_pipe),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -510,8 +494,11 @@ class CudaOps(Ops):
         if not (e == "all" or (e.isdigit() and int(e) % 32 == 0)):
             raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off), a positive multiple of 32 (live keys past which a "
                              f"row's attention runs on tensor cores) or all; unset: {_attn.DEC_MMA_KEYS} for models of "
-                             f"{_attn.DEC_MMA_MIN_G} q heads a kv head, off for the others")
+                             f"{_attn.DEC_MMA_MIN_G} or more q heads a kv head, off for the others")
         self.attn_dec_mma = _attn.DEC_MMA_ALL if e == "all" else int(e)
+        if self.attn_dec_pipe_env not in ("0", "1"):
+            raise ValueError(f"BW24_ATTN_DEC_PIPE={self.attn_dec_pipe_env!r}: use 1 (the default: the tensor-core "
+                             "attention's tiles through two cp.async stages) or 0 (off)")
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
@@ -548,7 +535,6 @@ class CudaOps(Ops):
         self.kv_dtype = kv_dtype_from_env()  # KV-cache element: float16 (default) or float32
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
-        self.moe_router_cluster = self.moe_router_cluster_env and device_info().cc >= (9, 0)  # clusters: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
         self._rope_tabs: dict[str, int] = {}  # norm.rope_table: positions built per table
 
@@ -572,10 +558,8 @@ class CudaOps(Ops):
                    "planted_xh": (("BW24_PLANTED_XH", 1),),
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
-                   "planted_decfuse": (("BW24_PLANTED_DECFUSE", 1),),
-                   "planted_fuseall": (("BW24_PLANTED_FUSEALL", 1),),
-                   "planted_routecl": (("BW24_PLANTED_ROUTECL", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
+                   "planted_routerpf": (("BW24_PLANTED_ROUTERPF", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
         defines = tuple(d for d in planted if names_macro(file, d[0]))
         if self.pdl:
@@ -717,7 +701,7 @@ class CudaOps(Ops):
     def attn_class_of(self, keys: int):
         """The depth class a captured step over `keys` cache keys runs in (capture's rule), as a context: what a
         launch count of an eager step must be taken inside to count the kernels the step's graph replays
-        (perf/runner.py; outside a class, BW24_ATTN_DEC_MMA's G = 8 default launches both attention kernels)."""
+        (perf/runner.py; outside a class, BW24_ATTN_DEC_MMA's default launches both attention kernels)."""
         return self._attn_class(self.attn_depth, _deep(self.attn_depth, keys))
 
     @contextmanager

@@ -79,8 +79,6 @@ def q8_experts(ops, gate_exps, up_exps, down_exps, gate_force: bool = True) -> b
 
 
 ROUTER_WARPS = 4  # moe_router: router rows (one a warp) per block
-ROUTER_CLUSTER = 8  # moe_router_cl: a token's blocks, one cluster (moe.cu ROUTER_CLUSTER; BW24_MOE_ROUTER_CLUSTER)
-ROUTER_CL_WARPS = 8  # moe_router_cl: at most this many warps a block (moe.cu ROUTER_CL_WARPS: 166 registers a thread)
 
 
 def fused_router(ops, router, x) -> bool:
@@ -93,17 +91,10 @@ def fused_router(ops, router, x) -> bool:
 def router_launch(ops, router, x, n_used: int, norm_weights: bool, rl, sel, wts) -> None:
     """moe_router: router logits rl [T, X] and the routing sel / wts of x [T, E] (fused_router's conditions);
     its tickets [16] zeroed once, re-armed by the kernel. ROUTER_WARPS rows a block (benchmarks/gpu_moe_decode.py
-    times others: a row's sum is one warp's whatever the block, so the bits are the same). With
-    CudaOps.moe_router_cluster, moe_router_cl: a token's rows over one cluster of ROUTER_CLUSTER blocks of up to
-    ROUTER_CL_WARPS warps, each warp its rows in turn, no ticket."""
+    times others: a row's sum is one warp's whatever the block, so the bits are the same)."""
     T, E = x.shape
     X = router.n
     head = (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), rl)
-    if getattr(ops, "moe_router_cluster", False):
-        ops._launch(ops._k("moe.cu", "moe_router_cl"), (ROUTER_CLUSTER, T),
-                    32 * min(ROUTER_CL_WARPS, math.ceil(X / ROUTER_CLUSTER)),
-                    (*head, sel, wts))
-        return
     tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
     ops._launch(ops._k("moe.cu", "moe_router"), (math.ceil(X / ROUTER_WARPS), T), 32 * ROUTER_WARPS,
                 (*head, tickets, sel, wts))

@@ -45,8 +45,9 @@ def test_kernel_file_compiles_with_pdl(cache, name):
     assert pdl.cubin != plain.cubin
 
 
-# The kernels whose PDL wait sits inside qmv8_rows / qmv_rows, after their first weight loads.
-_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv", "qmv3", "qmv3n"}
+# The kernels whose PDL wait sits inside qmv8_rows / qmv_rows, after their first weight loads, or (moe_router) after
+# router_prefetch's loads of its rows' weights.
+_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv", "qmv3", "qmv3n", "moe_router"}
 
 
 def _kernels(text: str):
@@ -73,6 +74,11 @@ def test_every_kernel_opens_with_the_pdl_wait():
     assert rows.count("PDL_WAIT();") == 2  # decode (after the first loads) and verify
     rows = texts["qmatvec.cu"].split("void qmv_rows(")[1].split("reduce_store")[0]
     assert rows.count("PDL_WAIT();") == 1  # after the first loads, for any T
+    # moe_router: nothing but its weights (constants no kernel writes) before the wait, x and the logits after
+    body = texts["moe.cu"].split("void moe_router(")[1]
+    before, after = body.split("PDL_WAIT();", 1)
+    assert "router_prefetch(w," in before and not re.search(r"(?<![.\w])(x|rl|tickets|sel|wts)\b", before.split("{", 1)[1])
+    assert "router_row(w, x," in after.split("route_token")[0]
 
 
 def test_pdl_lint_catches_a_kernel_without_the_wait():

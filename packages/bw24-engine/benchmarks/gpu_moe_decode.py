@@ -115,15 +115,15 @@ def router_row(cu, xh: np.ndarray, rts: list, T: int) -> str:
 
     want = bits()
 
-    def timed(label: str, obj, attr: str, value) -> str:
-        """The fused router with obj.<attr> = value: checked against `want` bit for bit, then timed."""
-        with setting(obj, attr, value):
+    def timed(warps: int) -> str:
+        """The fused router at `warps` rows a block (moe.ROUTER_WARPS): checked against `want` bit for bit, then
+        timed."""
+        with setting(M, "ROUTER_WARPS", warps):
             same = bits() == want
             t = time_op(cu, lambda: [fused(i) for i in range(NL)], 1) / NL if same else float("nan")
-        return f"{label} {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)")
+        return f"warps={warps} {t:6.2f}" + ("" if same else " (WRONG: other bits, not timed)")
 
-    # rows a block (moe.ROUTER_WARPS)
-    cells = [timed(f"warps={w}", M, "ROUTER_WARPS", w) for w in (1, 2, 4, 8)]
+    cells = [timed(w) for w in (1, 2, 4, 8)]
     mv = time_op(cu, lambda: [cu.matmul(rts[i], x, out=rl) for i in range(NL)], 1) / NL
     rt = time_op(cu, lambda: [route() for _ in range(NL)], 1) / NL
     return "moe_router " + "  ".join(cells) + f"  |  matvec {mv:6.2f} + moe_route {rt:6.2f}"

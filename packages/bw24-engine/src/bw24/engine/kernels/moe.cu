@@ -162,6 +162,14 @@ __device__ __forceinline__ void router_prefetch(const float* __restrict__ w, int
     }
 }
 
+// acc + a . b, the four products fmaf'd in x, y, z, w order (one rounding each): the router row's column order.
+__device__ __forceinline__ float fma4(float4 a, float4 b, float acc) {
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    return fmaf(a.w, b.w, acc);
+}
+
 __device__ __forceinline__ float router_row(const float* __restrict__ w, const float* __restrict__ x, int E, int t,
                                             int row, int lane, const float4 (&pf)[ROUTER_PF]) {
     const float* wr = w + (i64)row * E;
@@ -170,23 +178,11 @@ __device__ __forceinline__ float router_row(const float* __restrict__ w, const f
 #pragma unroll
     for (int i = 0; i < ROUTER_PF; ++i) {
         const int c = 4 * lane + 128 * i;
-        if (c < E) {
-            const float4 a = pf[i];
-            const float4 b = *reinterpret_cast<const float4*>(xt + c);
-            acc = fmaf(a.x, b.x, acc);
-            acc = fmaf(a.y, b.y, acc);
-            acc = fmaf(a.z, b.z, acc);
-            acc = fmaf(a.w, b.w, acc);
-        }
+        if (c < E) acc = fma4(pf[i], *reinterpret_cast<const float4*>(xt + c), acc);
     }
 #pragma unroll 8
     for (int c = 4 * lane + 128 * ROUTER_PF; c < E; c += 128) {
-        const float4 a = __ldg(reinterpret_cast<const float4*>(wr + c));
-        const float4 b = *reinterpret_cast<const float4*>(xt + c);
-        acc = fmaf(a.x, b.x, acc);
-        acc = fmaf(a.y, b.y, acc);
-        acc = fmaf(a.z, b.z, acc);
-        acc = fmaf(a.w, b.w, acc);
+        acc = fma4(__ldg(reinterpret_cast<const float4*>(wr + c)), *reinterpret_cast<const float4*>(xt + c), acc);
     }
     return warp_sum(acc);
 }

@@ -94,10 +94,10 @@ def router_launch(ops, router, x, n_used: int, norm_weights: bool, rl, sel, wts)
     times others: a row's sum is one warp's whatever the block, so the bits are the same)."""
     T, E = x.shape
     X = router.n
-    head = (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)), rl)
     tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
     ops._launch(ops._k("moe.cu", "moe_router"), (math.ceil(X / ROUTER_WARPS), T), 32 * ROUTER_WARPS,
-                (*head, tickets, sel, wts))
+                (router.args()[0], x, np.int32(E), np.int32(X), np.int32(n_used), np.int32(bool(norm_weights)),
+                 rl, tickets, sel, wts))
 
 
 def xs_floats(K: int) -> int:

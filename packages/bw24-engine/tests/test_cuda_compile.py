@@ -238,16 +238,3 @@ def test_attention_instances_keep_their_blocks_per_sm():
     canary = _blocks_per_sm("== -DBW24_PDL=1 (the defaults)\n"
                             "attn_split<128,128,2,32,__half,0>        regs 168  spill_loads 0  blocks/SM 3\n")
     assert canary[(plain, "attn_split<128,128,2,32,__half,0>")] != 4
-
-
-@pytest.mark.parametrize("name", ["qmatvec_q8.cu", "qmatvec.cu"])
-def test_qmv_pf_reaches_the_matvecs_before_their_wait_and_nothing_else(cache, name):
-    """BW24_QMV_PF compiles the L2 prefetch of a block's rows into the decode / verify matvecs (the cubin differs
-    from the plain PDL build), and in the source the prefetch sits before each PDL wait of the rows' loop and
-    reads the weight planes alone (p, row0, N, K: nothing another kernel writes)."""
-    plain = compile_cubin(KERNEL_DIR / name, "90a", {"BW24_PDL": 1}, name_expressions=COMPILE_SET[name])
-    pf = compile_cubin(KERNEL_DIR / name, "90a", {"BW24_PDL": 1, "BW24_QMV_PF": 16}, name_expressions=COMPILE_SET[name])
-    assert set(pf.lowered) == set(plain.lowered) and pf.cubin != plain.cubin
-    text = (KERNEL_DIR / name).read_text()
-    calls = re.findall(r"l2_prefetch_rows<FMT, R>\(([^)]*)\);[^\n]*\n\s*PDL_WAIT\(\);", text)
-    assert calls == ["p, row0, N, K"] * (2 if name == "qmatvec_q8.cu" else 1)

@@ -824,25 +824,3 @@ def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     assert calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 69632)]
     launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
-
-
-def test_qmv_pf_is_off_by_default_refused_or_recorded_and_built_into_the_matvec_files_alone(monkeypatch):
-    """BW24_QMV_PF (a matvec block asks L2 for its rows before its PDL wait, kernels/qdot.cuh): 0 by default, a MiB
-    cap 1..1024 else a clear error naming the variable; set, perf rows say qmv_pf_N and the two matvec files build
-    with BW24_QMV_PF=N, no other file does; off, their defines are as before (the same cubins)."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import COMPILE_SET
-
-    assert CudaOps.qmv_pf == 0 and CudaOps.qmv_pf_env == "0"
-    for bad in ("-1", "x", "", "1025", "1.5"):
-        monkeypatch.setattr(CudaOps, "qmv_pf_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_QMV_PF='{bad}'"):
-            CudaOps()
-    monkeypatch.undo()
-    ops = CudaOps.__new__(CudaOps)
-    ops.pdl, ops.variant = True, ""
-    assert not any("qmv_pf" in o for o in CudaOps.opt_in(ops))
-    assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1),)
-    ops.qmv_pf = 24
-    assert "qmv_pf_24" in CudaOps.opt_in(ops)
-    assert {f for f in COMPILE_SET if ("BW24_QMV_PF", 24) in ops.kernel_defines(f)} == {"qmatvec.cu", "qmatvec_q8.cu"}

@@ -48,13 +48,6 @@ def _green_then_red(seed: int, only: str, variant: str, red_only: str, n_red: in
     assert sum(s.endswith("FAIL") for s in bad) == n_red, "\n".join(bad)
 
 
-def test_qmv_pf_cases_green_and_planted_bug_red():
-    """BW24_QMV_PF's cases (each matvec block's rows asked of L2 before its PDL wait: bitwise the plain launch, and
-    within the reference) are green; the planted off-by-one (the last 32-column group never read, with the
-    prefetch as without) turns all six red."""
-    _green_then_red(41, "q8 l2 prefetch", "planted_bug", "q8 l2 prefetch", 6)
-
-
 def test_moe_grouped_cases_green_and_planted_bug_red():
     """BW24_MOE_GROUPED's cases (the prefill FFN as grouped GEMMs on the device's routing, and with
     BW24_MOE_MM_KG's 2 and 4 groups a stage) are green; the planted off-by-one (moe_mm never reads its last

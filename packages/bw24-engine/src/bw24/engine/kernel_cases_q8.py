@@ -143,38 +143,6 @@ def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) ->
     return run
 
 
-def prefetch_case(qts, n: int, k: int, T: int, cfg, path: str = "q8", mib: int = 1) -> Case:
-    """BW24_QMV_PF (kernels/qdot.cuh l2_prefetch_rows): each block asks L2 for its rows before its PDL wait, the
-    blocks whose rows start within the first `mib` MiB of the main plane (n x k large enough that some blocks
-    ask and the rest do not). A hint: the launch with it equals the one without bit for bit, and the reference
-    within matmul_q8 (so the planted_bug variant, the last group dropped, turns these red too)."""
-    def run(name, ref, cu, rng):
-        tis = [_weight(q, n + 32 * i, k, rng, f"{name}.w{i}") for i, q in enumerate(qts)]
-        x = _x(rng, T, k)
-        ws, xd = [cu.load_weight(t) for t in tis], _dev(cu, x)
-
-        def mm() -> np.ndarray:
-            outs = [cu.zeros((T, w.n)) for w in ws]
-            if len(ws) > 1:
-                cu.matmul_multi(ws, xd, outs=outs)
-            else:
-                cu.matmul(ws[0], xd, out=outs[0])
-            return np.concatenate([cu.to_host(o) for o in outs], axis=1)
-
-        with _forced(cu, qts, *cfg, path=path):
-            plain = mm()
-            with setting(cu, "qmv_pf", mib):
-                got = mm()
-        dense = [ref.load_weight(t).data for t in tis]
-        if path == "q8":
-            want = np.concatenate([matmul_q8_ref(d, x) for d in dense], axis=1)
-        else:
-            want = np.concatenate([x.astype(np.float64) @ np.asarray(d, np.float64).T for d in dense], axis=1)
-        res = compare(name, "matmul_q8" if path == "q8" else "matmul", got, np.asarray(want, np.float32))
-        return res if not res.ok else compare(name + " ==plain", "exact", got, plain)
-    return run
-
-
 def _scratch_q8(cu, T: int, k: int) -> np.ndarray:
     """The q8 scratch (codes, scale bits, half-group sums) as one float64 vector."""
     from .ops.cuda import q8
@@ -275,8 +243,10 @@ def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = 
                         np.concatenate([gq.astype(np.float64), gd.view(np.int32).ravel(), gsum.ravel(), tickets]),
                         np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel(),
                                         np.zeros(tickets.size)]))
-        return max(compare(name, "matmul_q8", g, want_g), codes, compare(name, "matmul_q8", cu.to_host(out), want),
-                   key=lambda res: (not res.ok, res.rel))
+        # (each comparison names itself: at 6eb32f3 one full run's T = 5 case was red at rel 2.8e-5, with no word
+        # on which of the three; the same case's green runs span 1e-7 to 9e-6)
+        return max(compare(name + " g", "matmul_q8", g, want_g), codes,
+                   compare(name + " out", "matmul_q8", cu.to_host(out), want), key=lambda res: (not res.ok, res.rel))
     return run
 
 
@@ -389,13 +359,6 @@ def cases() -> Iterator[tuple[str, Case]]:
                                  ((Q.Q4_1, Q.Q4_1), 100, 576, (4, 8), "f32")):
         yield f"norm_matmul_multi {'+'.join(q.name for q in qts)} K={K} W={cfg[0]} R={cfg[1]} T={T} {path}", \
             norm_multi_case(qts, T, K, cfg, path)
-    # BW24_QMV_PF: the 8B's gate/up and Q6_K down shapes (cut in rows), a Q/K/V triple, a verify launch, the fp32 path
-    for qts, n, k, T, cfg, path in (((Q.Q4_K,), 4096, 4096, 1, (2, 4), "q8"), ((Q.Q6_K,), 1024, 12288, 1, (1, 1), "q8"),
-                                    ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1024, 4096, 1, (2, 4), "q8"),
-                                    ((Q.Q4_K,), 2048, 4096, 5, (4, 4), "q8"), ((Q.Q8_0,), 1536, 1024, 1, (4, 8), "q8"),
-                                    ((Q.Q4_K,), 4096, 1024, 1, (1, 4), "f32")):
-        yield f"q8 l2 prefetch {'+'.join(q.name for q in qts)} N={n} K={k} T={T} W={cfg[0]} R={cfg[1]} {path}", \
-            prefetch_case(qts, n, k, T, cfg, path)
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

@@ -83,43 +83,6 @@ __device__ __forceinline__ void load_rows(const Planes& p, int row0, int N, int 
     for (int r = 0; r < R; ++r) load_group<FMT>(p, (i64)min(row0 + r, N - 1), g, K, raw[r]);
 }
 
-// BW24_QMV_PF=MIB (CudaOps.qmv_pf; off unless defined): a decode / verify matvec block asks L2, before its PDL
-// wait, for the whole of its R rows in every plane, not only the first group its registers take there. While
-// the kernel ahead (an rmsnorm, the attention, a GLU: a few us each) runs, HBM is otherwise idle but for those
-// first groups; with the rows in L2 (or on their way) the loop after the wait reads L2. A hint: no register or
-// shared memory holds the bytes and no result changes (the same loads, the same sums). Only blocks whose rows
-// start within the first MIB MiB of the main plane ask, so that a matrix larger than L2 does not evict its own
-// first rows before they are read. cp.async.bulk.prefetch (sm_90): 16-byte aligned, a multiple of 16 bytes,
-// so each range is trimmed inward to 16 bytes (the few bytes outside are read as before).
-__device__ __forceinline__ void l2_prefetch(const void* base, i64 lo, i64 hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const u64 s = ((u64)base + (u64)lo + 15ull) & ~15ull, e = ((u64)base + (u64)hi) & ~15ull;
-    if (e > s) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"((u32)(e - s)) : "memory");
-#endif
-}
-
-// Bytes a row takes in planes a, b, c, d of a repacked weight (quant.cuh's layouts).
-template <int FMT>
-__host__ __device__ constexpr i64 plane_row_bytes(int plane, i64 K) {
-    return plane == 0 ? (FMT == FMT_F32 ? 4 * K : (FMT == FMT_F16 || FMT == FMT_BF16) ? 2 * K : FMT == FMT_Q8_0 ? K : K / 2)
-         : plane == 1 ? (FMT == FMT_Q5_0 || FMT == FMT_Q5_K ? 4 * (K / 32) : FMT == FMT_Q6_K ? 8 * (K / 32) : 0)
-         : plane == 2 ? (FMT == FMT_Q4_1 ? 4 * (K / 32) : FMT >= FMT_Q8_0 ? 2 * (K / 32) : 0)
-         : (FMT == FMT_Q4_K || FMT == FMT_Q5_K ? 4 * (K / 256) : FMT == FMT_Q6_K ? 2 * (K / 256) : 0);
-}
-
-// Rows row0 .. min(row0 + R, N) - 1 of every plane into L2: lanes 0..3 of warp 0, a plane each.
-template <int FMT, int R>
-__device__ __forceinline__ void l2_prefetch_rows(const Planes& p, int row0, int N, int K) {
-#ifdef BW24_QMV_PF
-    const int i = threadIdx.x;
-    if (i >= 4 || (i64)row0 * plane_row_bytes<FMT>(0, K) >= ((i64)BW24_QMV_PF << 20)) return;
-    const void* base = i == 0 ? p.a : i == 1 ? p.b : i == 2 ? p.c : p.d;
-    const i64 rb = i == 0 ? plane_row_bytes<FMT>(0, K) : i == 1 ? plane_row_bytes<FMT>(1, K)
-                 : i == 2 ? plane_row_bytes<FMT>(2, K) : plane_row_bytes<FMT>(3, K);
-    if (rb > 0) l2_prefetch(base, rb * row0, rb * min(row0 + R, N));
-#endif
-}
-
 __host__ __device__ constexpr float p2(int e) {
     float v = 1.f;
     for (int i = 0; i < e; ++i) v *= 2.f;

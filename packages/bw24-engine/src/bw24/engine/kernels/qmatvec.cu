@@ -115,7 +115,6 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
     {
         GRaw<FMT> first[R];
         if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
-        l2_prefetch_rows<FMT, R>(p, row0, N, K);  // (nothing unless BW24_QMV_PF: qdot.cuh)
         PDL_WAIT();
         if constexpr (NORM) norm_scales<W, NT>(x, K, T, eps, rn);  // h is the kernel ahead's output
         if (tid < G_END) qmv_group<FMT, R, NT, NORM>(first, x, K, T, tid, acc, nrm);

@@ -113,7 +113,6 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         // order as the loop below: the same bits.
         GRaw<FMT> first[R];
         if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
-        l2_prefetch_rows<FMT, R>(p, row0, N, K);  // (nothing unless BW24_QMV_PF: qdot.cuh)
         PDL_WAIT();
         if (tid < G_END) qmv8_group1<FMT, R>(first, xq, xs, K, tid, acc);
         const int g0 = tid + 32 * W;
@@ -127,7 +126,6 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
             if (T > 0) qmv8_group1<FMT, R>(raw, xq, xs, K, g, acc);  // (T >= 1 always; kept: the decode code as it was)
         }
     } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
-        l2_prefetch_rows<FMT, R>(p, row0, N, K);
         PDL_WAIT();
         constexpr int U = verify_unroll<W>();  // (#pragma unroll takes a constant, not a macro)
 #pragma unroll U

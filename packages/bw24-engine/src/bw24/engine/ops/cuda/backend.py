@@ -308,12 +308,6 @@ class CudaOps(Ops):
     # 5107205's figures (attn.DEC_MMA_MIN_G); BW24_ATTN_DEC_PIPE=0 turns it off (perf rows "no_attn_dec_pipe").
     attn_dec_pipe_env = os.environ.get("BW24_ATTN_DEC_PIPE", "1")
     attn_dec_pipe = attn_dec_pipe_env != "0"
-    # Each decode / verify matvec block asks L2 for all of its rows before its PDL wait, while the kernel ahead
-    # runs (kernels/qdot.cuh l2_prefetch_rows, why there; the same loads and sums, the same bits): BW24_QMV_PF=MIB,
-    # the blocks whose rows start within the first MIB MiB of a weight's main plane (1..1024); 0 (the default)
-    # off. Opt-in until measured; perf rows "qmv_pf_MIB".
-    qmv_pf_env = os.environ.get("BW24_QMV_PF", "0")
-    qmv_pf = 0  # the value __init__ checked
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -440,7 +434,6 @@ class CudaOps(Ops):
                                       (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env not in (None, "0")),
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_dec_pipe", not self.attn_dec_pipe),
-                                      (f"qmv_pf_{self.qmv_pf}", self.qmv_pf > 0),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -506,10 +499,6 @@ class CudaOps(Ops):
         if self.attn_dec_pipe_env not in ("0", "1"):
             raise ValueError(f"BW24_ATTN_DEC_PIPE={self.attn_dec_pipe_env!r}: use 1 (the default: the tensor-core "
                              "attention's tiles through two cp.async stages) or 0 (off)")
-        if not (self.qmv_pf_env.isdigit() and int(self.qmv_pf_env) <= 1024):
-            raise ValueError(f"BW24_QMV_PF={self.qmv_pf_env!r}: 0 (off, the default) or 1..1024 (MiB of a weight's "
-                             "rows its matvec blocks ask L2 for before their PDL wait)")
-        self.qmv_pf = int(self.qmv_pf_env)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
@@ -581,8 +570,6 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_PIPE", 1),)
         if not self.attn_combine32 and file == "attention.cu":  # (attention.cu unrolls 32 by default)
             defines += (("BW24_COMBINE_UNROLL", 8),)
-        if self.qmv_pf and file in ("qmatvec.cu", "qmatvec_q8.cu"):
-            defines += (("BW24_QMV_PF", self.qmv_pf),)
         if self.attn_dec_pipe and file == "attention_dec_mma.cu":
             defines += (("BW24_DEC_MMA_PIPE", 1),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)

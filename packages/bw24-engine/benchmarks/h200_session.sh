@@ -32,10 +32,10 @@ case $STAGE in
     for _ in $(seq 1 $(( ${2:-600} / 2 ))); do [ -f "$1" ] && break; sleep 2; done
     [ -f "$1" ] && echo "await: $1 is here" || echo "await: no $1 after ${2:-600} s" ;;
   place) bash $B/gpu_models.sh place "$@" ;;
-  kc)
+  kc)  # kc [--seed N] (a seed replays a run's case data: the cases draw from one generator in order)
     # 600 s: 396 cases took ~200 s at a6dcfe3; the verify-rows, split-heads and pipe cases compile new instances
     # the modules it loads are recorded (kernels.MANIFEST_ENV; ingest_evidence.py merges them for warm_kernels.py)
-    (hdr; BW24_KERNEL_MANIFEST=$R/kernel_manifest.jsonl timeout 600 python3 -m bw24.engine.cli kernel-check
+    (hdr; BW24_KERNEL_MANIFEST=$R/kernel_manifest.jsonl timeout 600 python3 -m bw24.engine.cli kernel-check "$@"
      echo "kernel-check rc=$?") > $R/kernel_check.log 2>&1
     grep -E "FAIL|ALL GREEN|rc=|Error" $R/kernel_check.log | head -20; grep -c " OK" $R/kernel_check.log ;;
   gates)

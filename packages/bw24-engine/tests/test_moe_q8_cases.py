@@ -1,4 +1,4 @@
-"""kernel_check's "moe decode q8" cases route with a real router's logit size (kernel_cases_q8.MOE_Q8_ROUTER_STD).
+"""kernel_check's "moe decode q8" cases route with a real router's logit size (kernel_cases.ROUTER_REAL).
 
 At 6eb32f3 one full kernel-check run on the H200 turned `moe decode q8 Q4_K/Q4_K/Q4_K T=5` red at rel 2.76e-5 (its
 tolerance 2e-5); 153 seeds of that case alone put its `out` comparison up to 1.67e-5 and its `g` under 3e-7
@@ -12,7 +12,8 @@ is measured against another fp32 summation order of the same logits.
 from __future__ import annotations
 
 import numpy as np
-from bw24.engine.kernel_cases_q8 import MOE_Q8_ROUTER_STD, _x
+from bw24.engine.kernel_cases import ROUTER_REAL, router_weight
+from bw24.engine.kernel_cases_q8 import _x
 from bw24.engine.ops.ref import route
 
 T, X, E, K = 5, 16, 2048, 8  # the red case's shape
@@ -20,9 +21,7 @@ T, X, E, K = 5, 16, 2048, 8  # the red case's shape
 
 def _weights_error(router_std, seed: int) -> float:
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal((X, E)).astype(np.float32)
-    if router_std is not None:
-        w = (w * np.float32(router_std / E ** 0.5)).astype(np.float32)
+    w = router_weight("router:", rng, X, E, router_std).raw.view(np.float32).reshape(X, E)  # as moe_weights builds it
     x = _x(rng, T, E)
     exact = route(x.astype(np.float64) @ w.astype(np.float64).T, K, True)
     fp32 = route((x @ w.T).astype(np.float32), K, True)
@@ -33,7 +32,7 @@ def _weights_error(router_std, seed: int) -> float:
 
 
 def test_moe_q8_cases_routing_weights_stay_far_under_the_tolerance():
-    errs = np.array([_weights_error(MOE_Q8_ROUTER_STD, s) for s in range(300)])
+    errs = np.array([_weights_error(ROUTER_REAL, s) for s in range(300)])
     assert np.isfinite(errs).all() and errs.max() < 2e-5 / 5, errs.max()
 
 

@@ -207,16 +207,6 @@ def kernel_names(cu, fn) -> list[str]:
     return names
 
 
-# The "moe decode q8" cases' router logits' size (moe_weights' router_std; kernel_cases.ROUTER_REAL). Why: with unit router
-# weights over _x's rows (scales up to 10) the logits' standard deviation is ~450, so a token's softmax weights are
-# exponentials of logit gaps of hundreds, and the ~1e-4 by which an fp32 logit of 2,048 terms differs from the
-# reference's float64 one moved a weight by that much relative: 27 of 2,000 seeds put the routing weights' own error
-# past 1e-5 of the output (CPU, tests/test_moe_q8_cases.py), and at 6eb32f3 one full kernel-check run's T = 5 case was
-# red at rel 2.76e-5 (153 seeds of it alone: its `out` comparison up to 1.67e-5, its `g` <= 3e-7). At a real
-# router's size the same error stays under 2e-6.
-MOE_Q8_ROUTER_STD = ROUTER_REAL
-
-
 def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = False) -> Case:
     """BW24_MOE_Q8's experts (moe_gu8 / moe_down8) in stages against moe_q8_ref: the g rows moe_gu8 left in
     its scratch against the reference's g (matmul_q8); g's int8 rows, which moe_gu8's last block of each
@@ -226,7 +216,13 @@ def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = 
     int8 rows the norm wrote (no quantize_x launch, the real forward's path). The call must have taken the
     int8 kernels."""
     def run(name, ref, cu, rng):
-        tis = moe_weights(f"{name}:", rng, X, E, F, qt, down_qt, router_std=MOE_Q8_ROUTER_STD)
+        # a real router's logit size (ROUTER_REAL). Why: with unit router weights over _x's rows (scales up to 10)
+        # the logits' standard deviation is ~450, and the ~1e-4 by which an fp32 logit of 2,048 terms differs from
+        # the reference's float64 one moved a softmax weight by that much relative: 27 of 2,000 seeds put the routing
+        # weights' own error past 1e-5 of the output (CPU, tests/test_moe_q8_cases.py), and at 6eb32f3 one full
+        # kernel-check run's T = 5 case was red at rel 2.76e-5 (153 seeds of it alone: `out` up to 1.67e-5, `g`
+        # <= 3e-7). At a real router's size the same error stays under 2e-6.
+        tis = moe_weights(f"{name}:", rng, X, E, F, qt, down_qt, router_std=ROUTER_REAL)
         r = rng.standard_normal((T, E)).astype(np.float32)
         ws, out = [cu.load_weight(t) for t in tis], _dev(cu, r)
         xd = _dev(cu, _x(rng, T, E))
@@ -254,7 +250,7 @@ def moe_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, fused: bool = 
                         np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel(),
                                         np.zeros(tickets.size)]))
         # (each comparison names itself: at 6eb32f3 a red case said nothing of which; the 153-seed run after it
-        # named `out`, the routing weights' share, MOE_Q8_ROUTER_STD above)
+        # named `out`, the routing weights' share: the router's size above)
         return max(compare(name + " g", "matmul_q8", g, want_g), codes,
                    compare(name + " out", "matmul_q8", cu.to_host(out), want), key=lambda res: (not res.ok, res.rel))
     return run

@@ -331,7 +331,7 @@ def test_planted_expand_compiles_and_changes_the_expand(tmp_path, monkeypatch):
 def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, monkeypatch):
     """BW24_ATTN_DEC_MMA's builds compile: attn_split with the threshold (its rows past it return: another cubin
     than the plain one, so the define reaches the code) and attn_dec_mma's planted canary (BW24_PLANTED_DECMMA),
-    whose cubin differs from the production one."""
+    whose cubin differs from the production one; the same for the pipe's and the early tiles' builds and canaries."""
     from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
     from bw24.runtime import compile_cubin
 
@@ -353,6 +353,11 @@ def test_dec_mma_builds_compile_and_the_threshold_reaches_attn_split(tmp_path, m
     pipe, bad_pipe = mma(BW24_DEC_MMA_PIPE=1), mma(BW24_DEC_MMA_PIPE=1, BW24_PLANTED_DECPIPE=1)
     assert set(pipe.lowered) == set(names) and pipe.cubin != prod.cubin and bad_pipe.cubin != pipe.cubin
     assert mma(BW24_PLANTED_DECPIPE=1).cubin == prod.cubin
+    # the early tiles (BW24_DEC_MMA_EARLY) are other code beside the pipe; their canary changes them and nothing without
+    early = mma(BW24_DEC_MMA_PIPE=1, BW24_DEC_MMA_EARLY=1)
+    bad_early = mma(BW24_DEC_MMA_PIPE=1, BW24_DEC_MMA_EARLY=1, BW24_PLANTED_DECEARLY=1)
+    assert set(early.lowered) == set(names) and early.cubin != pipe.cubin and bad_early.cubin != early.cubin
+    assert mma(BW24_DEC_MMA_PIPE=1, BW24_PLANTED_DECEARLY=1).cubin == pipe.cubin
 
 
 def test_gpu_prefill_cases_green_and_planted_bugs_red():

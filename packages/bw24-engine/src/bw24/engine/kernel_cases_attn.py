@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
+from .ops.cuda import q8
 from .ops.cuda.attn import (
     ATTN_CHUNK,
     DEC_MMA_ALL,
@@ -347,6 +348,63 @@ def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
     return run
 
 
+
+def early_loads_case(kind: str, T: int, K: int = 0, add: bool = False, rope: tuple = ()) -> Case:
+    """BW24_EARLY_LOADS (rmsnorm_reg's weights before the PDL wait, rope_kv's weights and (cos, sin) beside its
+    values) gives the bits it gives off, every output: rmsnorm's out, x (after the add) and the q8 scratch its fused
+    quantization writes (filled with 0x55 before each run, so a run that leaves it alone matches the other);
+    rope_kv's q and both caches. rope = (mode, H, Hkv, D, rope_dim, p0, qk-norm, half)."""
+    def run(name, ref, cu, rng):
+        got = {False: [], True: []}
+        if kind == "norm":
+            x = (rng.standard_normal((T, K)) * 3).astype(np.float32)
+            w = rng.standard_normal(K).astype(np.float32)
+            a = _dev(cu, rng.standard_normal((T, K)).astype(np.float32)) if add else None
+            wd = _dev(cu, w)
+            for on in (False, True):
+                with setting(cu, "early_loads", on):
+                    xq, xs = q8.buffers(cu, T, K)
+                    xq.fill(0x55)
+                    xs.fill(0x55555555)
+                    xd, out = _dev(cu, x), cu.zeros((T, K))
+                    cu.rmsnorm(xd, wd, 1e-6, out=out, add=a)
+                    got[on] = [cu.to_host(out).ravel(), cu.to_host(xd).ravel(), cu.to_host(xq).astype(np.float64),
+                               cu.to_host(xs).astype(np.float64)]
+        else:
+            mode, H, Hkv, D, rd, p0, qk, half = rope
+            S = p0 + T + 3
+            q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
+            kd = _dev(cu, (rng.standard_normal((T, Hkv, D)) * 2).astype(np.float32))
+            vd = _dev(cu, rng.standard_normal((T, Hkv, D)).astype(np.float32))
+            dn = {n: _dev(cu, rng.standard_normal(D).astype(np.float32)) if qk else None for n in ("q_norm", "k_norm")}
+            kw = dict(base=1e6, freq_scale=1.0, rope_dim=rd, mode=mode, norm_eps=1e-6)
+            dt = np.float16 if half else np.float32
+            for on in (False, True):
+                with setting(cu, "early_loads", on):
+                    qd, kc, vc = _dev(cu, q), cu.zeros((Hkv, S, D), dt), cu.zeros((Hkv, S, D), dt)
+                    cu.rope_kv(qd, kd, vd, _pos(cu, p0), kc, vc, **dn, **kw)
+                    got[on] = [cu.to_host(a).astype(np.float32).ravel() for a in (qd, kc, vc)]
+        return compare(name, "exact", np.concatenate(got[True]), np.concatenate(got[False]))
+    return run
+
+
+def early_loads_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_EARLY_LOADS against its own off path, bit for bit: rmsnorm_reg at the models' widths (the 8B's and
+    30B-A3B's 4,096, the 0.6B's 1,024, the 32B's 5,120, smollm2's 576; 1 and 5 rows: decode and verify, the q8 fusion
+    where the width takes it), with and without the residual add; rope_kv with qwen3's neox + qk-norm into a float16
+    cache (1 and 5 tokens), llama's norm mode without the norm, a partial rope and a float32 cache. The planted_early
+    canary (the early loads take the neighbouring weight vector or rope pair's angle; the off path untouched) turns
+    all 12 red."""
+    for K in (4096, 1024, 5120, 576):
+        for T, add in ((1, True), (5, False)):
+            yield f"early loads rmsnorm K={K} T={T}{' +add' if add else ''}", early_loads_case("norm", T, K, add)
+    for T, rope in ((1, ("neox", 32, 8, 128, 128, 4093, True, True)), (5, ("neox", 16, 8, 128, 128, 700, True, True)),
+                    (2, ("norm", 6, 2, 64, 64, 77, False, False)), (3, ("neox", 8, 2, 128, 64, 1000, True, False))):
+        mode, H, Hkv, D, rd, p0, qk, half = rope
+        yield (f"early loads rope_kv {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}{' qk-norm' if qk else ''}"
+               f"{' half-KV' if half else ''}"), early_loads_case("rope", T, rope=rope)
+
+
 def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True, half=False) -> Case:
     """rope_kv with the fused qk-norm vs the reference (norm then rope), plus T-row == one-row bitwise.
     half: into a float16 cache, compared with the reference's cache rounded to float16 ("gemm16"
@@ -487,6 +545,90 @@ def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
         dec_pipe(dec_mma_ref_case(128, 8, 9, 1020, 1024, Hkv=4))
     yield "attn dec pipe rows==decode D=128 G=8 Hkv=4 T=6 pos=3000 from=1024 splits=16 half-KV", \
         splits(16)(dec_pipe(dec_mma(1024)(attn_rows_case(128, 8, 6, 3000, Hkv=4, half=True))))
+
+
+
+dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
+
+# A kernel ahead that writes a step's new cache rows late: it opens as every bw24 kernel does (common.cuh PDL_OPEN),
+# so the next launch's blocks start at once under PDL, then spins `spin` clocks before it copies rows [p0, p0 + T)
+# of each kv head from nk / nv ([Hkv, T, D] halves, as bits) into the caches [Hkv, S, D]. A test fixture of
+# dec_early_graph_case, not a model kernel.
+_LATE_ROWS = r"""
+extern "C" __global__ void late_rows(const unsigned short* nk, const unsigned short* nv, unsigned short* kc,
+                                     unsigned short* vc, int S, int D, int p0, int T, long long spin) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const long long t0 = clock64();
+    while (clock64() - t0 < spin) {
+    }
+    const int hk = blockIdx.x, t = blockIdx.y;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        kc[((long long)hk * S + p0 + t) * D + d] = nk[((long long)hk * T + t) * D + d];
+        vc[((long long)hk * S + p0 + t) * D + d] = nv[((long long)hk * T + t) * D + d];
+    }
+}
+"""
+
+
+def dec_early_graph_case(D, G, T, p0, Hkv=8, spin=100_000) -> Case:
+    """BW24_ATTN_DEC_EARLY where it can go wrong: under PDL in a captured graph behind a kernel that writes this
+    step's cache rows late (_LATE_ROWS, ~50 us of spinning), while attn_dec_mma's blocks already load their early
+    tiles. Before every run the host fills those rows with NaN; the graph's two runs (capture, replay) must give the
+    first, eager run's bits (eager launches wait for the writer to finish). The planted_decearly canary, which lets
+    the step's first new row go early too, reads the NaN. Not usable (reported, never passed) without PDL, the pipe
+    or a captured graph: then nothing runs early."""
+    def run(name, ref, cu, rng):
+        if not (getattr(cu, "pdl", False) and getattr(cu, "attn_dec_pipe", False) and getattr(cu, "use_graphs", True)):
+            return Result(name + " (no PDL, pipe or graphs: nothing runs early)", "exact", float("inf"), float("inf"))
+        q, kc, vc = _attn_inputs(rng, T, Hkv, G, D, p0)
+        (kc, vc), _ = half_cache(kc, vc, True)
+        S = kc.shape[1]
+        kw = dict(scale=D ** -0.5, softcap=None, window=None)
+        qd, kd, vd, pos, out = _dev(cu, q), _dev(cu, kc), _dev(cu, vc), _pos(cu, p0), cu.zeros(q.shape)
+        nk, nv = (_dev(cu, np.ascontiguousarray(a[:, p0:p0 + T])) for a in (kc, vc))
+        writer = cu.cp.RawKernel(_LATE_ROWS, "late_rows")
+        nan = np.float16(np.nan)
+
+        def step():
+            cu._launch(writer, (Hkv, T), 128, (nk, nv, kd, vd, np.int32(S), np.int32(D), np.int32(p0), np.int32(T),
+                                               np.int64(spin)))
+            cu.attention(qd, kd, vd, pos, out=out, **kw)
+
+        graphed = cu.capture(step)
+        got = []
+        for _ in range(3):
+            with cu.stream:
+                kd[:, p0:p0 + T] = nan
+                vd[:, p0:p0 + T] = nan
+            graphed()
+            got.append(cu.to_host(out))
+        if graphed.graph_state["g"] is None:
+            return Result(name + " (not captured)", "exact", float("inf"), float("inf"))
+        return compare(name, "exact", np.concatenate(got[1:]), np.concatenate([got[0], got[0]]))
+    return run
+
+
+def dec_early_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_ATTN_DEC_EARLY (attn_dec_mma's first tiles of older rows before the PDL wait): the pipe's bits, twice in a
+    row, at splits of 1 to 4 tiles (16 or 33 splits: one, two or no early tile a split), verify rows, a last tile cut
+    short, softcap, a window, and rows==decode; then in a captured graph behind a late writer of the step's rows (the
+    race the rule avoids). The planted_decearly canary (the step's first new row early too) turns the graph cases red
+    (their NaN rows read early); the eager ones stay green, as they must (no kernel ahead runs during the wait)."""
+    for D, G, Hkv, T, p0, ns, win, cap, tiles in (
+            (128, 8, 8, 1, 4000, 16, None, None, 4), (128, 4, 8, 5, 3000, 16, None, None, 3),
+            (128, 4, 8, 1, 4000, None, None, None, 2), (128, 2, 8, 5, 4000, None, None, None, 2),
+            (64, 7, 2, 1, 2000, 16, None, None, 2), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
+            (64, 3, 2, 2, 3000, 16, 2048, None, 2)):
+        case = dec_mma(1024)(same_bits_case("attn_dec_early", D, G, T, p0, win, cap, Hkv, True, reps=2))
+        yield (f"attn dec early == pipe bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
+               f"{f' splits={ns}' if ns else ''} tiles={tiles}{f' window={win}' if win else ''}"
+               f"{f' softcap={cap:g}' if cap else ''} half-KV"), splits(ns)(case) if ns else case
+    yield "attn dec early rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \
+        dec_early(dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True)))
+    for D, G, Hkv, T, p0 in ((128, 4, 8, 1, 4000), (128, 8, 8, 1, 4000), (128, 2, 8, 5, 4000), (64, 7, 2, 3, 2000)):
+        yield (f"attn dec early graph D={D} G={G} Hkv={Hkv} T={T} pos={p0} from=1024 late rows half-KV",
+               dec_early(dec_mma(1024)(dec_early_graph_case(D, G, T, p0, Hkv))))
 
 
 def cases() -> Iterator[tuple[str, Case]]:
@@ -665,6 +807,8 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn dec mma rows==decode D=128 G=8 Hkv=4 T=9 pos=1020 from=1024 half-KV", \
         dec_mma(1024)(attn_rows_case(128, 8, 9, 1020, Hkv=4, half=True))
     yield from dec_pipe_cases()
+    yield from dec_early_cases()
+    yield from early_loads_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -35,6 +35,14 @@
 // after the previous tile's math. The math, its order and the tiles' contents are the plain loop's: the same bits
 // (kernel-check's "dec mma pipe == plain bitwise"). 2 x 34.8 KB a block at D = DV = 128: 3 blocks an SM. With it
 // the model's mma rows take 33 splits (ops/cuda/attn.py DEC_MMA_SPLITS): two tiles a split at 4,096 keys.
+// BW24_DEC_MMA_EARLY (with the pipe; ops/cuda/backend.py attn_dec_early, BW24_ATTN_DEC_EARLY=1, opt-in): the split's
+// first two tiles go out before the PDL wait (common.cuh), where every key of the tile is older than this launch's
+// tokens. Why: the cache rows before the step's first position p0 = pos[0] were written by earlier launches (steps),
+// so their DRAM round trip can overlap the kernels ahead, as the matvecs' first weight group does; only rows >= p0
+// (rope_kv, the kernel ahead, writes them) must wait. At 4,096 keys and 33 splits that is the whole split but the
+// last one's last tile. pos itself is read before the wait by one thread (block-uniform) and again after it: if it
+// moved (an advance still running in a graph of several steps), the early tiles are drained and dropped and the
+// split loads as without. The same tiles, math and order: the pipe's bits (kernel-check's "dec early == pipe").
 #include "mma.cuh"
 #include "attn_chunk.cuh"
 #include "quant_x.cuh"
@@ -44,6 +52,9 @@
 #define DM_KT 64  // keys a tile: 16 a warp
 #ifndef BW24_DEC_MMA_PIPE
 #define BW24_DEC_MMA_PIPE 0
+#endif
+#ifndef BW24_DEC_MMA_EARLY
+#define BW24_DEC_MMA_EARLY 0
 #endif
 // Not here: pass 2 of this kernel's rows inside it (BW24_DEC_MMA_FUSE, 1aeef0e: the last split block of (token, kv
 // head) combining its G heads): on the H200 at 5107205 slower than attn_combine's launch at every split count and
@@ -57,6 +68,7 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // One 64-key tile [jt, jt + 64) of a cache's rows of DIM halves into shared rows padded to P (rows past j1 zero):
 // by 16-byte loads through registers, or (async) by cp.async, for the caller to commit and wait on.
@@ -152,19 +164,81 @@ __device__ __forceinline__ void dm_tile_math(const __half (*ks)[KP], const __hal
     }
 }
 
+// The pipe's stages (BW24_DEC_MMA_PIPE): two tiles, each its K rows then its V rows (dm_pipe_smem in ops/cuda/attn.py:
+// the bytes). At file scope so that dm_early (before the wait) and the kernel's loop name the same buffer.
+extern __shared__ __align__(16) unsigned char dm_smem[];
+
+// Split s of the row at position p: its keys [j0, j1), and whether it is the row's only live split. False: no live
+// keys in this split, or the row is attn_split's (n <= from live keys). Before the wait (dm_early) and after it.
+template <int CH>
+__device__ __forceinline__ bool dm_split(int p, int window, int nsplit, int from, int s, int& j0, int& j1,
+                                         bool& single) {
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    const int n = p - lo + 1;
+    if (n <= from) return false;  // attn_split's row (uniform over the block)
+    const int cl = attn_chunk_len(n, CH, nsplit);
+    const int live = (n + cl - 1) / cl;
+    if (s >= live) return false;  // past the live range
+    j0 = lo + s * cl;
+    j1 = min(j0 + cl, p + 1);
+    single = live == 1;  // the only live split: write the output directly
+    return true;
+}
+
+// BW24_DEC_MMA_EARLY, before the PDL wait: the split's first tiles (at most two, the pipe's stages 0 and 1) whose keys
+// all precede p0e, the step's first position as thread 0 reads it here (shared: block-uniform). Each tile its own
+// cp.async group; returns how many went out. Reads pos and cache rows < p0e only: no kernel of this step writes them.
+template <int D, int DV, int CH>
+__device__ __forceinline__ int dm_early(const __half* __restrict__ kc, const __half* __restrict__ vc,
+                                        const int* __restrict__ pos, int S, int window, int nsplit, int from,
+                                        int& p0e) {
+    constexpr int KP = D + 8, VP = DV + 8, STAGE = DM_KT * (KP + VP) * 2;
+    __shared__ int sh_p0;
+    if (threadIdx.x == 0) sh_p0 = __ldcg(pos);
+    __syncthreads();
+    p0e = sh_p0;
+    int j0, j1;
+    bool single;
+    if (!dm_split<CH>(p0e + (int)blockIdx.z, window, nsplit, from, blockIdx.y, j0, j1, single)) return 0;
+    const __half* kb = kc + (i64)blockIdx.x * S * D;
+    const __half* vb = vc + (i64)blockIdx.x * S * DV;
+    int pre = 0;
+    for (int i = 0; i < 2; ++i) {
+        const int jt = j0 + i * DM_KT;
+#ifdef BW24_PLANTED_DECEARLY  // canary (kernel-check's "dec early" graph case): the step's first new row goes early too
+        if (jt >= j1 || min(jt + DM_KT, j1) > p0e + 1) break;
+#else
+        if (jt >= j1 || min(jt + DM_KT, j1) > p0e) break;  // a row of this step (or none) in the tile: after the wait
+#endif
+        dm_load_tile<D, DV, KP, VP>(reinterpret_cast<__half (*)[KP]>(dm_smem + i * STAGE),
+                                    reinterpret_cast<__half (*)[VP]>(dm_smem + i * STAGE + DM_KT * KP * 2), kb, vb,
+                                    jt, j1, true);
+        cp_async_commit();
+        ++pre;
+    }
+    return pre;
+}
+
 template <int D, int DV, int G, int CH>
 __global__ void __launch_bounds__(DM_WARPS * 32, 4)
 attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
              int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
              i8* __restrict__ xq, int2* __restrict__ xs) {
-    PDL_OPEN();
+    PDL_TRIGGER();
+    int p0e = 0;  // the step's first position as dm_early read it (BW24_DEC_MMA_EARLY; checked after the wait)
+    int pre = BW24_DEC_MMA_EARLY && BW24_DEC_MMA_PIPE ? dm_early<D, DV, CH>(kc, vc, pos, S, window, nsplit, from, p0e) : 0;
+    PDL_WAIT();
     static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 128 && DV <= 128 && G >= 1 && G <= 8, "shapes");
     constexpr int KP = D + 8, VP = DV + 8;  // padded rows (halves): 16-byte aligned, conflict-free reads
     constexpr int KS = D / 16, NO = DV / 8;
+    const int p0 = BW24_DEC_MMA_EARLY ? __ldcg(pos) : pos[0];  // (not through L1 where pos was read early)
+    if (pre > 0 && p0 != p0e) {  // pos moved while dm_early ran: its tiles land, then go unused
+        cp_async_wait_all();
+        __syncthreads();
+        pre = 0;
+    }
 #if BW24_DEC_MMA_PIPE
-    // two stages, each a tile's K rows then its V rows (dm_pipe_smem in ops/cuda/attn.py: the bytes)
-    extern __shared__ __align__(16) unsigned char dm_smem[];
     __half (*ks)[KP] = reinterpret_cast<__half (*)[KP]>(dm_smem);  // stage 0's K: the merge's floats after the loop
     constexpr int STAGE = DM_KT * (KP + VP) * 2;  // bytes
 #else
@@ -174,16 +248,10 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     __shared__ float sm_m[DM_WARPS][G], sm_l[DM_WARPS][G];
     const int hk = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int p = pos[0] + t;
-    const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    const int n = p - lo + 1;
-    if (n <= from) return;  // attn_split's row (uniform over the block)
-    const int cl = attn_chunk_len(n, CH, nsplit);
-    const int live = (n + cl - 1) / cl;
-    if (s >= live) return;  // past the live range
-    const int j0 = lo + s * cl;
-    const int j1 = min(j0 + cl, p + 1);
-    const bool single = live == 1;  // the only live split: write the output directly
+    int j0, j1;
+    bool single;
+    if (!dm_split<CH>(p0 + t, window, nsplit, from, s, j0, j1, single))
+        return;  // (no early tile in flight here: dm_early saw this same split, or its tiles were drained)
 
     // q * scale as A fragments, float16 (attention_mma.cu's packing): row g is head hk*G + g when g < G; rows
     // g + 8 are zero
@@ -209,9 +277,9 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
 #if BW24_DEC_MMA_PIPE
     const auto kst = [&](int st) { return reinterpret_cast<__half (*)[KP]>(dm_smem + st * STAGE); };
     const auto vst = [&](int st) { return reinterpret_cast<__half (*)[VP]>(dm_smem + st * STAGE + DM_KT * KP * 2); };
-    dm_load_tile<D, DV, KP, VP>(kst(0), vst(0), kb, vb, j0, j1, true);
+    if (pre < 1) dm_load_tile<D, DV, KP, VP>(kst(0), vst(0), kb, vb, j0, j1, true);  // (else dm_early's)
     cp_async_commit();
-    for (int jt = j0, st = 0; jt < j1; jt += DM_KT, st ^= 1) {
+    for (int jt = j0, st = 0, i = 0; jt < j1; jt += DM_KT, st ^= 1, ++i) {
         // the next tile into the other stage (freed by the last iteration's closing barrier); a group a round, empty
         // past the last tile, so "all but the newest group done" always means this tile landed
 #ifdef BW24_PLANTED_DECPIPE  // kernel_check canary: the prefetch skips a tile (each split's third onward wrong)
@@ -219,7 +287,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
 #else
         const int jn = jt + DM_KT;
 #endif
-        if (jn < j1) dm_load_tile<D, DV, KP, VP>(kst(st ^ 1), vst(st ^ 1), kb, vb, jn, j1, true);
+        if (jn < j1 && i + 1 >= pre) dm_load_tile<D, DV, KP, VP>(kst(st ^ 1), vst(st ^ 1), kb, vb, jn, j1, true);
         cp_async_commit();
         cp_async_wait_one();
         __syncthreads();  // every thread's copies of this tile are visible

@@ -577,7 +577,11 @@ def dec_early_graph_case(D, G, T, p0, Hkv=8, spin=100_000) -> Case:
     tiles. Before every run the host fills those rows with NaN; the graph's two runs (capture, replay) must give the
     first, eager run's bits (eager launches wait for the writer to finish). The planted_decearly canary, which lets
     the step's first new row go early too, reads the NaN. Not usable (reported, never passed) without PDL, the pipe
-    or a captured graph: then nothing runs early."""
+    or a captured graph: then nothing runs early. Run with BW24_ATTN_DEC_MMA=all, so that attn_dec_mma follows the
+    writer directly (no attn_split launch between), as it follows rope_kv in a deep decode step: on the H200 at
+    73fcbc7, with attn_split between them, the canary stayed green (the early loads ran after the writer: PDL starts
+    the kernel right after a running one, not the one after that); with `all` it was red in 4 of 4
+    (evidence/kernel_check_h200_73fcbc7_dec_early_graph_all_rows.log)."""
     def run(name, ref, cu, rng):
         if not (getattr(cu, "pdl", False) and getattr(cu, "attn_dec_pipe", False) and getattr(cu, "use_graphs", True)):
             return Result(name + " (no PDL, pipe or graphs: nothing runs early)", "exact", float("inf"), float("inf"))
@@ -627,8 +631,8 @@ def dec_early_cases() -> Iterator[tuple[str, Case]]:
     yield "attn dec early rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \
         dec_early(dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True)))
     for D, G, Hkv, T, p0 in ((128, 4, 8, 1, 4000), (128, 8, 8, 1, 4000), (128, 2, 8, 5, 4000), (64, 7, 2, 3, 2000)):
-        yield (f"attn dec early graph D={D} G={G} Hkv={Hkv} T={T} pos={p0} from=1024 late rows half-KV",
-               dec_early(dec_mma(1024)(dec_early_graph_case(D, G, T, p0, Hkv))))
+        yield (f"attn dec early graph D={D} G={G} Hkv={Hkv} T={T} pos={p0} all rows late rows half-KV",
+               dec_early(dec_mma(DEC_MMA_ALL)(dec_early_graph_case(D, G, T, p0, Hkv))))
 
 
 def cases() -> Iterator[tuple[str, Case]]:

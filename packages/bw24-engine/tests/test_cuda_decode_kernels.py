@@ -299,9 +299,6 @@ class _Recorder:
     def zeros(self, shape, dtype=np.float32):
         return np.zeros(shape, dtype)
 
-    def _buf(self, key, n, dtype=np.float32, *, zeroed=False):  # (the q8 scratch the early-loads cases fill)
-        return np.zeros(n, dtype)
-
     def to_host(self, a):
         return np.array(a)
 
@@ -603,7 +600,7 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     assert "attn_dec_mma_all" in CudaOps.opt_in(ops)
     ops.pdl, ops.variant = True, "planted_decmma"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1),
-                                                          ("BW24_DEC_MMA_PIPE", 1))
+                                                          ("BW24_DEC_MMA_PIPE", 1), ("BW24_DEC_MMA_EARLY", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
     # the gate names the float16 products it rounds by (CudaOps.rounded_paths)
     ops.qmv_configs = type("Q", (), {"f32_body": False})()
@@ -792,7 +789,8 @@ def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone
     assert "no_attn_dec_pipe" in CudaOps.opt_in(ops)
     ops.attn_dec_pipe = True
     ops.pdl, ops.variant = True, ""
-    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
+                                                          ("BW24_DEC_MMA_EARLY", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
     ops.variant = "planted_decpipe"
     assert ("BW24_PLANTED_DECPIPE", 1) in ops.kernel_defines("attention_dec_mma.cu")
@@ -808,14 +806,15 @@ def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone
 
 
 
-def test_dec_early_is_opt_in_refused_or_recorded_and_built_with_the_pipe_alone(monkeypatch):
-    """BW24_ATTN_DEC_EARLY (attn_dec_mma's first tiles of older cache rows before the PDL wait): off by default, 1
-    turns it on and perf rows say attn_dec_early, any other value a clear error naming the variable; on, only
-    attention_dec_mma.cu builds with BW24_DEC_MMA_EARLY, and only beside BW24_DEC_MMA_PIPE (its stages hold the
-    early tiles: without the pipe nothing is built or recorded); the planted canary's macro reaches that file alone."""
+def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_alone(monkeypatch):
+    """BW24_ATTN_DEC_EARLY (attn_dec_mma's first tiles of older cache rows before the PDL wait): on by default since
+    73fcbc7's figures, 0 turns it off and perf rows say no_attn_dec_early, any other value a clear error naming the
+    variable; on, only attention_dec_mma.cu builds with BW24_DEC_MMA_EARLY, and only beside BW24_DEC_MMA_PIPE (its
+    stages hold the early tiles: without the pipe nothing is built, and nothing to record as off); the planted
+    canary's macro reaches that file alone."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.attn_dec_early is False and CudaOps.attn_dec_early_env == "0"
+    assert CudaOps.attn_dec_early is True and CudaOps.attn_dec_early_env == "1"
     for bad in ("2", "on", "", "true"):
         monkeypatch.setattr(CudaOps, "attn_dec_early_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_EARLY='{bad}'"):
@@ -823,58 +822,19 @@ def test_dec_early_is_opt_in_refused_or_recorded_and_built_with_the_pipe_alone(m
     monkeypatch.undo()
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
-    assert "attn_dec_early" not in CudaOps.opt_in(ops)
-    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
-    ops.attn_dec_early = True
-    assert "attn_dec_early" in CudaOps.opt_in(ops)
+    assert "no_attn_dec_early" not in CudaOps.opt_in(ops)
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
-                                                           ("BW24_DEC_MMA_EARLY", 1))
+                                                          ("BW24_DEC_MMA_EARLY", 1))
     assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
-    ops.variant = "planted_decearly"
+    ops.attn_dec_early = False
+    assert "no_attn_dec_early" in CudaOps.opt_in(ops)
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
+    ops.attn_dec_early, ops.variant = True, "planted_decearly"
     assert ("BW24_PLANTED_DECEARLY", 1) in ops.kernel_defines("attention_dec_mma.cu")
     assert ("BW24_PLANTED_DECEARLY", 1) not in ops.kernel_defines("attention.cu")
     ops.variant, ops.attn_dec_pipe = "", False
-    assert "attn_dec_early" not in CudaOps.opt_in(ops)
+    assert "no_attn_dec_early" not in CudaOps.opt_in(ops)
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1),)
-
-
-
-def test_early_loads_is_opt_in_refused_or_recorded_and_built_into_norm_and_rope_alone(monkeypatch, tmp_path):
-    """BW24_EARLY_LOADS (rmsnorm_reg's weights before the PDL wait, rope_kv's beside its values): off by default, 1
-    on with perf rows saying early_loads, any other value a clear error naming the variable; on, norm.cu and rope.cu
-    build with BW24_EARLY_LOADS and no other file; the planted canary's macro reaches those two alone. Their cubins
-    differ from the plain ones, the canary's from the early ones, and the canary's macro changes nothing without the
-    define."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    assert CudaOps.early_loads is False and CudaOps.early_loads_env == "0"
-    for bad in ("2", "on", "", "true"):
-        monkeypatch.setattr(CudaOps, "early_loads_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_EARLY_LOADS='{bad}'"):
-            CudaOps()
-    monkeypatch.undo()
-    ops = CudaOps.__new__(CudaOps)
-    ops.pdl, ops.variant = True, ""
-    assert "early_loads" not in CudaOps.opt_in(ops)
-    ops.early_loads = True
-    assert "early_loads" in CudaOps.opt_in(ops)
-    for f in ("norm.cu", "rope.cu"):
-        assert ops.kernel_defines(f) == (("BW24_PDL", 1), ("BW24_EARLY_LOADS", 1))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
-    ops.variant = "planted_early"
-    assert ("BW24_PLANTED_EARLY", 1) in ops.kernel_defines("rope.cu")
-    assert ("BW24_PLANTED_EARLY", 1) not in ops.kernel_defines("qmatvec_q8.cu")
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    for f in ("norm.cu", "rope.cu"):
-        def build(f=f, **d):
-            return compile_cubin(KERNEL_DIR / f, "90a", {"BW24_PDL": 1, **d}, name_expressions=COMPILE_SET[f]).cubin
-
-        plain, early = build(), build(BW24_EARLY_LOADS=1)
-        assert early != plain and build(BW24_EARLY_LOADS=1, BW24_PLANTED_EARLY=1) != early
-        assert build(BW24_PLANTED_EARLY=1) == plain
-
 
 def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute

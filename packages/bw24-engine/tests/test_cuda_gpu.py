@@ -137,13 +137,6 @@ def test_attention_dec_early_cases_green_and_a_new_row_read_early_red():
     _green_then_red(73, "attn dec early", "planted_decearly", "attn dec early graph", 4)
 
 
-def test_early_loads_cases_green_and_a_neighbours_weights_red():
-    """BW24_EARLY_LOADS' cases (rmsnorm_reg's weights before the PDL wait, rope_kv's weights and angles beside its
-    values: the off path's bits) are green; the planted early loads that take the neighbouring weight vector or rope
-    pair's angle turn all 12 red (8 rmsnorm, 4 rope_kv)."""
-    _green_then_red(79, "early loads", "planted_early", "early loads", 12)
-
-
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
-from .ops.cuda import q8
 from .ops.cuda.attn import (
     ATTN_CHUNK,
     DEC_MMA_ALL,
@@ -347,62 +346,6 @@ def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
         return compare(name + " ==rows", "exact", one, got)
     return run
 
-
-
-def early_loads_case(kind: str, T: int, K: int = 0, add: bool = False, rope: tuple = ()) -> Case:
-    """BW24_EARLY_LOADS (rmsnorm_reg's weights before the PDL wait, rope_kv's weights and (cos, sin) beside its
-    values) gives the bits it gives off, every output: rmsnorm's out, x (after the add) and the q8 scratch its fused
-    quantization writes (filled with 0x55 before each run, so a run that leaves it alone matches the other);
-    rope_kv's q and both caches. rope = (mode, H, Hkv, D, rope_dim, p0, qk-norm, half)."""
-    def run(name, ref, cu, rng):
-        got = {False: [], True: []}
-        if kind == "norm":
-            x = (rng.standard_normal((T, K)) * 3).astype(np.float32)
-            w = rng.standard_normal(K).astype(np.float32)
-            a = _dev(cu, rng.standard_normal((T, K)).astype(np.float32)) if add else None
-            wd = _dev(cu, w)
-            for on in (False, True):
-                with setting(cu, "early_loads", on):
-                    xq, xs = q8.buffers(cu, T, K)
-                    xq.fill(0x55)
-                    xs.fill(0x55555555)
-                    xd, out = _dev(cu, x), cu.zeros((T, K))
-                    cu.rmsnorm(xd, wd, 1e-6, out=out, add=a)
-                    got[on] = [cu.to_host(out).ravel(), cu.to_host(xd).ravel(), cu.to_host(xq).astype(np.float64),
-                               cu.to_host(xs).astype(np.float64)]
-        else:
-            mode, H, Hkv, D, rd, p0, qk, half = rope
-            S = p0 + T + 3
-            q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
-            kd = _dev(cu, (rng.standard_normal((T, Hkv, D)) * 2).astype(np.float32))
-            vd = _dev(cu, rng.standard_normal((T, Hkv, D)).astype(np.float32))
-            dn = {n: _dev(cu, rng.standard_normal(D).astype(np.float32)) if qk else None for n in ("q_norm", "k_norm")}
-            kw = dict(base=1e6, freq_scale=1.0, rope_dim=rd, mode=mode, norm_eps=1e-6)
-            dt = np.float16 if half else np.float32
-            for on in (False, True):
-                with setting(cu, "early_loads", on):
-                    qd, kc, vc = _dev(cu, q), cu.zeros((Hkv, S, D), dt), cu.zeros((Hkv, S, D), dt)
-                    cu.rope_kv(qd, kd, vd, _pos(cu, p0), kc, vc, **dn, **kw)
-                    got[on] = [cu.to_host(a).astype(np.float32).ravel() for a in (qd, kc, vc)]
-        return compare(name, "exact", np.concatenate(got[True]), np.concatenate(got[False]))
-    return run
-
-
-def early_loads_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_EARLY_LOADS against its own off path, bit for bit: rmsnorm_reg at the models' widths (the 8B's and
-    30B-A3B's 4,096, the 0.6B's 1,024, the 32B's 5,120, smollm2's 576; 1 and 5 rows: decode and verify, the q8 fusion
-    where the width takes it), with and without the residual add; rope_kv with qwen3's neox + qk-norm into a float16
-    cache (1 and 5 tokens), llama's norm mode without the norm, a partial rope and a float32 cache. The planted_early
-    canary (the early loads take the neighbouring weight vector or rope pair's angle; the off path untouched) turns
-    all 12 red."""
-    for K in (4096, 1024, 5120, 576):
-        for T, add in ((1, True), (5, False)):
-            yield f"early loads rmsnorm K={K} T={T}{' +add' if add else ''}", early_loads_case("norm", T, K, add)
-    for T, rope in ((1, ("neox", 32, 8, 128, 128, 4093, True, True)), (5, ("neox", 16, 8, 128, 128, 700, True, True)),
-                    (2, ("norm", 6, 2, 64, 64, 77, False, False)), (3, ("neox", 8, 2, 128, 64, 1000, True, False))):
-        mode, H, Hkv, D, rd, p0, qk, half = rope
-        yield (f"early loads rope_kv {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}{' qk-norm' if qk else ''}"
-               f"{' half-KV' if half else ''}"), early_loads_case("rope", T, rope=rope)
 
 
 def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True, half=False) -> Case:
@@ -812,7 +755,6 @@ def cases() -> Iterator[tuple[str, Case]]:
         dec_mma(1024)(attn_rows_case(128, 8, 9, 1020, Hkv=4, half=True))
     yield from dec_pipe_cases()
     yield from dec_early_cases()
-    yield from early_loads_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

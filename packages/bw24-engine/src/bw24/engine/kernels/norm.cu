@@ -11,17 +11,9 @@
 //   (quant_x.cuh: the same bits as a quantize_x launch on out, one launch fewer); a 32-column group
 //   is 8 consecutive threads' float4s.
 // rmsnorm (no template): the strided fallback for rows too long for the registers (K > 512*16*VW).
-// BW24_EARLY_LOADS (ops/cuda/backend.py early_loads, BW24_EARLY_LOADS=1, opt-in): rmsnorm_reg's thread loads its
-//   vectors of w before the PDL wait (common.cuh). Why: a decode row is one block whose w loads otherwise come after
-//   its block-wide sum, one more dependent L2 round trip (~0.5 us) on the step's chain, 73 times a token on the 8B;
-//   w is a model weight no kernel writes. The same values in the same arithmetic: the same bits.
 // Bytes moved: 4K read x (+4K add, +4K x written back) + 4K w (L2-resident) + 4K out per row.
 #include "common.cuh"
 #include "quant_x.cuh"
-
-#ifndef BW24_EARLY_LOADS
-#define BW24_EARLY_LOADS 0
-#endif
 
 template <int VW> struct Vec;
 template <> struct Vec<1> { typedef float T; };
@@ -38,35 +30,14 @@ __device__ __forceinline__ float4 scale_(float4 a, float r, float4 w) {
     return make_float4(a.x * r * w.x, a.y * r * w.y, a.z * r * w.z, a.w * r * w.w);
 }
 
-// This thread's NV vectors of the norm weight (rmsnorm_reg's mapping: vector threadIdx.x + u * blockDim.x).
-template <int VW, int NV>
-__device__ __forceinline__ void norm_weights(const typename Vec<VW>::T* __restrict__ wv, int n,
-                                             typename Vec<VW>::T (&wr)[NV]) {
-#pragma unroll
-    for (int u = 0; u < NV; ++u) {
-        const int i = threadIdx.x + u * blockDim.x;
-        if (i < n) wr[u] = wv[i];
-    }
-}
-
-#if defined(BW24_PLANTED_EARLY) && BW24_EARLY_LOADS  // kernel-check canary: the early loads take the neighbour's weights
-#define NORM_WEIGHTS_EARLY(wv, n, wr) norm_weights<VW, NV>((wv) + 1, (n) - 1, wr)
-#else
-#define NORM_WEIGHTS_EARLY(wv, n, wr) norm_weights<VW, NV>(wv, n, wr)
-#endif
-
 template <int VW, int NV>
 __global__ void __launch_bounds__(512)
 rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w, float* out, int K, float eps,
             i8* __restrict__ xq, int2* __restrict__ xs) {
-    PDL_TRIGGER();
+    PDL_OPEN();
     typedef typename Vec<VW>::T V;
-    const int n = K / VW;  // vectors per row
-    const V* wv = reinterpret_cast<const V*>(w);
-    V wr[NV];  // BW24_EARLY_LOADS: this thread's vectors of w, loaded before the wait (a weight: no kernel writes it)
-    if (BW24_EARLY_LOADS) NORM_WEIGHTS_EARLY(wv, n, wr);
-    PDL_WAIT();
     __shared__ float red[32];
+    const int n = K / VW;  // vectors per row
     V* xr = reinterpret_cast<V*>(x + (i64)blockIdx.x * K);
     const V* ar = add ? reinterpret_cast<const V*>(add + (i64)blockIdx.x * K) : nullptr;
     V v[NV];
@@ -89,7 +60,7 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
     ss = block_sum(ss, red);
     const float r = rsqrtf(ss / (float)K + eps);
     V* o = reinterpret_cast<V*>(out + (i64)blockIdx.x * K);
-    if (!BW24_EARLY_LOADS) norm_weights<VW, NV>(wv, n, wr);  // (here: after the sum, as before)
+    const V* wv = reinterpret_cast<const V*>(w);
     if constexpr (VW == 4) {
         if (xq) {  // the same for the whole block
             i8* q = xq + (i64)blockIdx.x * K;
@@ -98,7 +69,7 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
             for (int u = 0; u < NV; ++u) {
                 const int i = threadIdx.x + u * blockDim.x;
                 const bool valid = i < n;  // whole 8-thread groups: n % 8 == 0, blockDim % 32 == 0
-                const float4 y = valid ? scale_(v[u], r, wr[u]) : make_float4(0.f, 0.f, 0.f, 0.f);
+                const float4 y = valid ? scale_(v[u], r, wv[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
                 if (valid) o[i] = y;
                 quant_group8x4(y, valid, q + 4 * i, s + (i >> 3));
             }
@@ -108,7 +79,7 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
 #pragma unroll
     for (int u = 0; u < NV; ++u) {
         const int i = threadIdx.x + u * blockDim.x;
-        if (i < n) o[i] = scale_(v[u], r, wr[u]);
+        if (i < n) o[i] = scale_(v[u], r, wv[i]);
     }
 }
 

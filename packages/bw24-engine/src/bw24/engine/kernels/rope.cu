@@ -17,17 +17,11 @@
 // registers, so the norm's sum of squares is one block reduction and the in-place rotation of q needs
 // no barrier. blockDim is fixed by D and Dv alone: a row's arithmetic does not depend on T.
 // KT: the cache element, float or __half (common.cuh kv_store; the rotation itself is fp32).
-// BW24_EARLY_LOADS (ops/cuda/backend.py early_loads, opt-in; norm.cu says why): a thread's norm weights and (cos, sin)
-//   pairs load beside its q / k values, before the block-wide sum, instead of after it: one L2 round trip on the
-//   step's chain instead of three. The same values in the same arithmetic: the same bits.
 // Bytes moved: q read+write 8*H*D, k read 4*Hkv*D, cache writes sizeof(KT)*Hkv*(D+Dv), v read 4*Hkv*Dv per token
 //   (+ 4*D per norm weight, L2-resident).
 #include "common.cuh"
 
 #define RS 4  // slots per thread: D <= 2 * RS * blockDim
-#ifndef BW24_EARLY_LOADS
-#define BW24_EARLY_LOADS 0
-#endif
 
 // tab [n_pos, rope_dim / 2] of (cos a, sin a), a = p * freq_scale * base^(-2i/rope_dim): the float32 pair
 // rope_kv used to compute in place, from the same double expression. One thread per entry.
@@ -64,8 +58,6 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
     const int half = rope_dim / 2, slots = D / 2;
     int i0[RS], i1[RS];
     float a[RS], b[RS];
-    float wa[RS], wb[RS];  // BW24_EARLY_LOADS: the slot's norm weights and (cos, sin), loaded with its values
-    float2 cs[RS];
     float ss = 0.f;
 #pragma unroll
     for (int r = 0; r < RS; ++r) {
@@ -74,14 +66,6 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
         i1[r] = i < half ? (neox ? i + half : 2 * i + 1) : i0[r] + 1;
         a[r] = b[r] = 0.f;
         if (i < slots) { a[r] = src[i0[r]]; b[r] = src[i1[r]]; }
-        if (BW24_EARLY_LOADS && i < slots) {
-            if (nw) { wa[r] = nw[i0[r]]; wb[r] = nw[i1[r]]; }
-#if defined(BW24_PLANTED_EARLY)  // kernel-check canary: the early loads take the neighbouring pair's angle
-            if (i < half) cs[r] = tab[(i64)p * half + (i ^ 1)];
-#else
-            if (i < half) cs[r] = tab[(i64)p * half + i];
-#endif
-        }
         ss += a[r] * a[r] + b[r] * b[r];
     }
     if (nw) {  // uniform per block: every thread reaches the barrier of block_sum
@@ -90,8 +74,8 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
 #pragma unroll
         for (int r = 0; r < RS; ++r)
             if (threadIdx.x + r * blockDim.x < slots) {
-                a[r] = a[r] * rn * (BW24_EARLY_LOADS ? wa[r] : nw[i0[r]]);
-                b[r] = b[r] * rn * (BW24_EARLY_LOADS ? wb[r] : nw[i1[r]]);
+                a[r] = a[r] * rn * nw[i0[r]];
+                b[r] = b[r] * rn * nw[i1[r]];
             }
     }
 #pragma unroll
@@ -99,8 +83,8 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
         const int i = threadIdx.x + r * blockDim.x;
         if (i >= slots) continue;
         if (i < half) {
-            const float2 csv = BW24_EARLY_LOADS ? cs[r] : tab[(i64)p * half + i];  // rope_table: (cos a, sin a)
-            const float c = csv.x, s = csv.y;
+            const float2 cs = tab[(i64)p * half + i];  // rope_table: (cos a, sin a)
+            const float c = cs.x, s = cs.y;
             put(i0[r], a[r] * c - b[r] * s);
             put(i1[r], b[r] * c + a[r] * s);
         } else if (!is_q || nw) {  // pass-through dims: q keeps them in place unless normed

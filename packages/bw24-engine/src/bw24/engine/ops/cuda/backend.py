@@ -309,15 +309,11 @@ class CudaOps(Ops):
     attn_dec_pipe_env = os.environ.get("BW24_ATTN_DEC_PIPE", "1")
     attn_dec_pipe = attn_dec_pipe_env != "0"
     # With the pipe, a split's first two tiles of cache rows older than the step's tokens go out before the PDL wait
-    # (attention_dec_mma.cu BW24_DEC_MMA_EARLY, why there; the pipe's bits). Opt-in (BW24_ATTN_DEC_EARLY=1; perf rows
-    # "attn_dec_early") until the H200 has timed it.
-    attn_dec_early_env = os.environ.get("BW24_ATTN_DEC_EARLY", "0")
-    attn_dec_early = attn_dec_early_env == "1"
-    # rmsnorm_reg's norm weights before the PDL wait, rope_kv's norm weights and (cos, sin) beside its values, each one
-    # dependent L2 round trip or two fewer on a decode step's chain (kernels/norm.cu BW24_EARLY_LOADS, why there; the
-    # same bits). Opt-in (BW24_EARLY_LOADS=1; perf rows "early_loads") until the H200 has timed it.
-    early_loads_env = os.environ.get("BW24_EARLY_LOADS", "0")
-    early_loads = early_loads_env == "1"
+    # (attention_dec_mma.cu BW24_DEC_MMA_EARLY, why there; the pipe's bits). On by default since 73fcbc7's figures (the
+    # d4096 cells: the 0.6B +5.8%, the 30B-A3B +2.8% with BW24_EARLY_LOADS beside it, measured without effect at d0,
+    # the 8B +1.2%); BW24_ATTN_DEC_EARLY=0 turns it off (perf rows "no_attn_dec_early").
+    attn_dec_early_env = os.environ.get("BW24_ATTN_DEC_EARLY", "1")
+    attn_dec_early = attn_dec_early_env != "0"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -444,8 +440,7 @@ class CudaOps(Ops):
                                       (f"attn_dec_mma_{self.attn_dec_mma_env}", self.attn_dec_mma_env not in (None, "0")),
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_dec_pipe", not self.attn_dec_pipe),
-                                      ("attn_dec_early", self.attn_dec_early and self.attn_dec_pipe),
-                                      ("early_loads", self.early_loads),
+                                      ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -511,12 +506,9 @@ class CudaOps(Ops):
         if self.attn_dec_pipe_env not in ("0", "1"):
             raise ValueError(f"BW24_ATTN_DEC_PIPE={self.attn_dec_pipe_env!r}: use 1 (the default: the tensor-core "
                              "attention's tiles through two cp.async stages) or 0 (off)")
-        if self.early_loads_env not in ("0", "1"):
-            raise ValueError(f"BW24_EARLY_LOADS={self.early_loads_env!r}: use 1 (rmsnorm's and rope's weights loaded "
-                             "before their dependent sums) or 0 (off, the default)")
         if self.attn_dec_early_env not in ("0", "1"):
-            raise ValueError(f"BW24_ATTN_DEC_EARLY={self.attn_dec_early_env!r}: use 1 (the tensor-core attention's "
-                             "first tiles of older cache rows before the PDL wait) or 0 (off, the default)")
+            raise ValueError(f"BW24_ATTN_DEC_EARLY={self.attn_dec_early_env!r}: use 1 (the default: the tensor-core "
+                             "attention's first tiles of older cache rows before the PDL wait) or 0 (off)")
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
@@ -577,7 +569,6 @@ class CudaOps(Ops):
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decearly": (("BW24_PLANTED_DECEARLY", 1),),
-                   "planted_early": (("BW24_PLANTED_EARLY", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_routerpf": (("BW24_PLANTED_ROUTERPF", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
@@ -594,8 +585,6 @@ class CudaOps(Ops):
             defines += (("BW24_DEC_MMA_PIPE", 1),)
             if self.attn_dec_early:  # (the pipe's stages hold the early tiles: nothing without it)
                 defines += (("BW24_DEC_MMA_EARLY", 1),)
-        if self.early_loads and file in ("norm.cu", "rope.cu"):
-            defines += (("BW24_EARLY_LOADS", 1),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
         if self.attn_fill > 1 and file == "attention.cu":

@@ -238,6 +238,18 @@ def fresh_python(code: str, drop: str, **env: str) -> str:
                           check=True).stdout
 
 
+def env_switch_refuses(monkeypatch, attr, var, bads=("2", "on", "", "true")):
+    """An on / off variable (CudaOps.<attr>, read from var): each bad value refused by a ValueError naming var and
+    the value; the class attribute restored afterwards."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    for bad in bads:
+        monkeypatch.setattr(CudaOps, attr, bad)
+        with pytest.raises(ValueError, match=f"{var}='{bad}'"):
+            CudaOps()
+    monkeypatch.undo()
+
+
 def env_refused_or_recorded(monkeypatch, attr, var, bads, good, default, label):
     """CudaOps.<attr> (the variable var): each bad value refused by a ValueError naming var and the value; good
     recorded in perf rows as label_<good>, the default not at all."""

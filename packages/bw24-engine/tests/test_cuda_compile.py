@@ -46,8 +46,9 @@ def test_kernel_file_compiles_with_pdl(cache, name):
 
 
 # The kernels whose PDL wait sits inside qmv8_rows / qmv_rows, after their first weight loads, (moe_router) after
-# router_prefetch's loads of its rows' weights, or (attn_dec_mma) after dm_early's tiles of older cache rows.
-_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv", "qmv3", "qmv3n", "moe_router", "attn_dec_mma"}
+# (moe_router, moe_router_norm) after router_prefetch's loads of its rows' weights, or (attn_dec_mma) after
+# dm_early's tiles of older cache rows.
+_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv", "qmv3", "qmv3n", "moe_router", "moe_router_norm", "attn_dec_mma"}
 
 
 def _kernels(text: str):
@@ -79,6 +80,11 @@ def test_every_kernel_opens_with_the_pdl_wait():
     before, after = body.split("PDL_WAIT();", 1)
     assert "router_prefetch(w," in before and not re.search(r"(?<![.\w])(x|rl|tickets|sel|wts)\b", before.split("{", 1)[1])
     assert "router_row(w, x," in after.split("route_token")[0]
+    body = texts["moe.cu"].split("\nmoe_router_norm(")[1]
+    before, after = body.split("PDL_WAIT();", 1)
+    assert "router_prefetch(w," in before and not re.search(r"(?<![.\w])(h|nw|x|xq|xqs|rl|tickets|sel|wts)\b",
+                                                            before.split("{", 1)[1])
+    assert "rms_row<4, NV>(h " in after and "router_row(w, xsm," in after.split("route_token")[0]
     # attn_dec_mma: nothing but dm_early before the wait; dm_early reads pos (one thread) and the cache rows before it
     body = texts["attention_dec_mma.cu"].split("attn_dec_mma(const float")[1].split("{", 1)[1]
     before = re.sub(r"//[^\n]*", "", body.split("PDL_WAIT();", 1)[0])

@@ -767,7 +767,7 @@ def test_attention_dispatch_with_dec_mma(monkeypatch):
 
 
 def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone_and_launched_with_two_stages(
-        monkeypatch):
+        monkeypatch, helpers):
     """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): on by default since 5107205's figures
     (attn.DEC_MMA_MIN_G), 0 turns it off and perf rows say no_attn_dec_pipe, any other value a clear error naming the
     variable; on, attention_dec_mma.cu builds with BW24_DEC_MMA_PIPE (attention.cu without), the planted canary's
@@ -778,11 +778,7 @@ def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.attn_dec_pipe is True and CudaOps.attn_dec_pipe_env == "1"
-    for bad in ("2", "on", "", "true"):
-        monkeypatch.setattr(CudaOps, "attn_dec_pipe_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_PIPE='{bad}'"):
-            CudaOps()
-    monkeypatch.undo()
+    helpers.env_switch_refuses(monkeypatch, "attn_dec_pipe_env", "BW24_ATTN_DEC_PIPE")
     ops = CudaOps.__new__(CudaOps)
     assert "no_attn_dec_pipe" not in CudaOps.opt_in(ops)
     ops.attn_dec_pipe = False
@@ -806,7 +802,7 @@ def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone
 
 
 
-def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_alone(monkeypatch):
+def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_alone(monkeypatch, helpers):
     """BW24_ATTN_DEC_EARLY (attn_dec_mma's first tiles of older cache rows before the PDL wait): on by default since
     73fcbc7's figures, 0 turns it off and perf rows say no_attn_dec_early, any other value a clear error naming the
     variable; on, only attention_dec_mma.cu builds with BW24_DEC_MMA_EARLY, and only beside BW24_DEC_MMA_PIPE (its
@@ -815,11 +811,7 @@ def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.attn_dec_early is True and CudaOps.attn_dec_early_env == "1"
-    for bad in ("2", "on", "", "true"):
-        monkeypatch.setattr(CudaOps, "attn_dec_early_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_EARLY='{bad}'"):
-            CudaOps()
-    monkeypatch.undo()
+    helpers.env_switch_refuses(monkeypatch, "attn_dec_early_env", "BW24_ATTN_DEC_EARLY")
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
     assert "no_attn_dec_early" not in CudaOps.opt_in(ops)

@@ -137,6 +137,13 @@ def test_attention_dec_early_cases_green_and_a_new_row_read_early_red():
     _green_then_red(73, "attn dec early", "planted_decearly", "attn dec early graph", 4)
 
 
+def test_moe_router_norm_cases_green_and_an_unwritten_share_red():
+    """BW24_MOE_ROUTER_NORM's cases (the MoE block's input RMSNorm inside the router's launch: the unfused launches'
+    bits, the fused launch checked to have run) are green; the planted kernel whose last block leaves its share of x
+    and x's int8 groups unwritten turns all 4 red."""
+    _green_then_red(83, "moe router norm", "planted_routernorm", "moe router norm", 4)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

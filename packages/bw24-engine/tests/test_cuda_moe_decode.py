@@ -132,6 +132,21 @@ class Emu:
             self.moe_route((), (t + 1,), 32, (rl, X, k, norm, sel, wts), 0, first=t)
             assert tickets[t] == 0  # re-armed by the last block
 
+    def moe_router_norm(self, tp, grid, block, args, smem):
+        """moe_router with the input RMSNorm in front: each token's x = the reference's rmsnorm of h (the twin does
+        not replay rmsnorm_reg's sum order: the device's bits are kernel-check's business), its int8 rows when given
+        (quantize_x's twin), then moe_router's rows and route. The block is rmsnorm_reg's for E (NV = tp[0])."""
+        from bw24.engine.ops.cuda.norm import rmsnorm_config
+
+        w, h, nw, eps, x, xq, xs, E, X, k, norm, rl, tickets, sel, wts = args
+        assert (f"rmsnorm_reg<4,{tp[0]}>", block) == rmsnorm_config(E, True) and smem == 4 * E
+        assert grid[0] == -(-X // (block // 32))
+        T = grid[1]
+        self.ref.rmsnorm(h.reshape(-1, E)[:T].copy(), nw, float(eps), out=x.reshape(-1, E)[:T])
+        if not isinstance(xq, np.uintp):
+            self.quantize_x((), None, None, (x, T, E, xq, xs), 0)
+        self.moe_router((), grid, block, (w, x, E, X, k, norm, rl, tickets, sel, wts), 0)
+
     @staticmethod
     def _router_rows(W, x, E, X, t, rl):
         """moe.cu router_row for every row of token t: lane j's fmaf chain over columns 4j + 128i (float4 order),
@@ -488,6 +503,51 @@ def test_fused_router_is_one_launch_with_the_reference_routing(moe_q8):
     assert M.fused_router(SimpleNamespace(moe_router_fuse=True), rnd[0], np.zeros((1, 256), f32).view(DevArray))
 
 
+
+@pytest.mark.parametrize("moe_q8", [False, True])
+def test_router_norm_is_one_launch_before_the_experts_with_the_unfused_result(moe_q8):
+    """BW24_MOE_ROUTER_NORM: the block's input RMSNorm, the router matvec and the routing as one moe_router_norm
+    launch (rmsnorm_reg's block for E, 4 E bytes of shared memory), its int8 rows straight to the int8 experts
+    (no quantize_x), and the unfused launches' result (rmsnorm then moe: the same twins); where norm_router's
+    conditions fail (the flag off, prefill rows, a misaligned row, a row past the shared memory) it is not taken."""
+    from bw24.engine.ops.cuda.norm import rmsnorm_config
+
+    rng = np.random.default_rng(29)
+    qts, T, X, k, E, F = (Q.Q4_K, Q.Q4_K, Q.Q6_K), 2, 40, 8, 2048, 256
+    tis = weights(rng, qts, X, E, F)
+    h = (rng.standard_normal((T, E)) * 3).astype(f32).view(DevArray)
+    nw = (1 + 0.1 * rng.standard_normal(E)).astype(f32).view(DevArray)
+    r = rng.standard_normal((T, E)).astype(f32)
+    two = Emu(moe_q8=moe_q8)
+    two.moe_router_fuse = True
+    x2 = np.zeros((T, E), f32)
+    two.ref.rmsnorm(np.array(h), np.array(nw), 1e-6, out=x2)
+    want = run_emu(two, tis, x2, k, residual=r)  # (its moe quantizes x2 itself: quantize_x's twin)
+    one = Emu(moe_q8=moe_q8)
+    one.moe_router_fuse, one.moe_norm_fuse = True, True
+    x = np.zeros((T, E), f32).view(DevArray)
+    assert M.norm_router(one, FakeW(tis[0]), h, x, nw)
+    got = np.array(r, f32)
+    M.moe(one, x, *(FakeW(t) for t in tis), n_used=k, norm_weights=True, act="silu", out=got, residual=got,
+          normed=(h, nw, 1e-6))
+    names = [n for n, *_ in one.launches]
+    assert names[0] == f"moe_router_norm<{rmsnorm_config(E, True)[0].split(',')[1]}" and "quantize_x" not in names
+    assert names[1].startswith("moe_gu8" if moe_q8 else "moe_gu") and "moe_route" not in names
+    assert one.launches[0][1:4] == ((-(-X // 16), T), (512,), 4 * E)
+    np.testing.assert_array_equal(np.array(x), x2)
+    np.testing.assert_array_equal(one.scratch["moe_sel"][: T * k], two.scratch["moe_sel"][: T * k])
+    np.testing.assert_array_equal(got, want)
+    router = FakeW(tis[0])
+    assert not M.norm_router(SimpleNamespace(moe_router_fuse=True, moe_norm_fuse=False), router, h, x, nw)
+    on = SimpleNamespace(moe_router_fuse=True, moe_norm_fuse=True)
+    assert not M.norm_router(on, router, np.zeros((17, E), f32).view(DevArray), np.zeros((17, E), f32).view(DevArray), nw)
+    odd = np.zeros(E + 1, f32)[1:].view(DevArray).reshape(1, E)  # 4 bytes off a 16-byte boundary
+    assert not M.norm_router(on, router, odd, x[:1], nw)
+    wide = FakeTensor("router", random_raw(Q.F32, 4, 12320, rng), Q.F32, (4, 12320))  # x's row past 48 KB
+    assert not M.norm_router(on, FakeW(wide), np.zeros((1, 12320), f32).view(DevArray),
+                             np.zeros((1, 12320), f32).view(DevArray), np.zeros(12320, f32).view(DevArray))
+
+
 def test_int8_experts_need_the_int8_state():
     """q8_experts: only with moe_q8 on, the backend's activations on the int8 path (not the gate's exact
     half, force_path "f32"), and formats the int8 kernels have."""
@@ -749,3 +809,19 @@ def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X,
     assert [MP.mm_kg(4, K, False) for K in (160, 192, 544, 640)] == [1, 2, 1, 4]
     assert not MP.grouped(SimpleNamespace(moe_grouped=True, prefill_precision="split"), gw, uw, E, F)
     assert not MP.grouped(SimpleNamespace(moe_grouped=False, prefill_precision="fp16"), gw, uw, E, F)
+
+
+def test_router_norm_is_opt_in_refused_or_recorded(monkeypatch, helpers):
+    """BW24_MOE_ROUTER_NORM: off by default (CudaOps.moe_norm_fuse), 1 on with perf rows saying moe_router_norm,
+    any other value a clear error naming the variable; the planted canary's macro reaches moe.cu alone."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert CudaOps.moe_norm_fuse is False and CudaOps.moe_router_norm_env == "0"
+    helpers.env_switch_refuses(monkeypatch, "moe_router_norm_env", "BW24_MOE_ROUTER_NORM")
+    ops = CudaOps.__new__(CudaOps)
+    assert "moe_router_norm" not in CudaOps.opt_in(ops)
+    ops.moe_norm_fuse = True
+    assert "moe_router_norm" in CudaOps.opt_in(ops)
+    ops.pdl, ops.variant = True, "planted_routernorm"
+    assert ("BW24_PLANTED_ROUTERNORM", 1) in ops.kernel_defines("moe.cu")
+    assert ("BW24_PLANTED_ROUTERNORM", 1) not in ops.kernel_defines("norm.cu")

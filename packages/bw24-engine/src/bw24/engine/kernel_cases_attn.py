@@ -466,6 +466,16 @@ def dec_mma(frm: int) -> Callable[[Case], Case]:
 dec_pipe = _with("attn_dec_pipe", "attn_dec_mma's tiles through two cp.async stages (BW24_ATTN_DEC_PIPE).")
 
 
+
+def tile_bits_cases(attr: str, title: str, shapes) -> Iterator[tuple[str, Case]]:
+    """attn_dec_mma with cu.<attr> on against off, bit for bit, twice in a row (same_bits_case), at each (D, G, Hkv,
+    T, p0, splits forced or None, window, softcap, tiles a split) of shapes: the deep rows' opt-in paths' cases."""
+    for D, G, Hkv, T, p0, ns, win, cap, tiles in shapes:
+        case = dec_mma(1024)(same_bits_case(attr, D, G, T, p0, win, cap, Hkv, True, reps=2))
+        yield (f"{title} D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
+               f"{f' splits={ns}' if ns else ''} tiles={tiles}{f' window={win}' if win else ''}"
+               f"{f' softcap={cap:g}' if cap else ''} half-KV"), splits(ns)(case) if ns else case
+
 def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
     """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): the plain kernel's bits, twice in a
     row, at splits of 1 to 4 tiles of 64 keys (the grid forced to 16 or 33 splits at depth, or the default's, 33 since
@@ -473,15 +483,11 @@ def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
     canary (each split's prefetch from its second round on fetches a tile too far) turns the 4 whose splits hold
     3 or more tiles red; those of 1 or 2 tiles stay green, as they must, and so does rows==decode (the planted
     kernel against itself)."""
-    for D, G, Hkv, T, p0, ns, win, cap, tiles in (
-            (128, 8, 8, 1, 4000, 16, None, None, 4), (128, 8, 4, 5, 3000, 16, None, None, 3),
-            (128, 4, 8, 1, 4000, 33, None, None, 2), (64, 7, 2, 1, 2000, 16, None, None, 2),
-            (128, 8, 8, 1, 4000, None, None, None, 2), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
-            (64, 3, 2, 2, 3000, 16, 2048, None, 2)):
-        case = dec_mma(1024)(same_bits_case("attn_dec_pipe", D, G, T, p0, win, cap, Hkv, True, reps=2))
-        yield (f"attn dec pipe == plain bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
-               f"{f' splits={ns}' if ns else ''} tiles={tiles}{f' window={win}' if win else ''}"
-               f"{f' softcap={cap:g}' if cap else ''} half-KV"), splits(ns)(case) if ns else case
+    yield from tile_bits_cases("attn_dec_pipe", "attn dec pipe == plain bitwise", (
+        (128, 8, 8, 1, 4000, 16, None, None, 4), (128, 8, 4, 5, 3000, 16, None, None, 3),
+        (128, 4, 8, 1, 4000, 33, None, None, 2), (64, 7, 2, 1, 2000, 16, None, None, 2),
+        (128, 8, 8, 1, 4000, None, None, None, 2), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
+        (64, 3, 2, 2, 3000, 16, 2048, None, 2)))
     yield "attn dec pipe D=128 G=8 Hkv=8 T=1 pos=4000 from=1024 splits=16 tiles=4 half-KV", \
         splits(16)(dec_pipe(dec_mma_ref_case(128, 8, 1, 4000, 1024, Hkv=8)))
     yield "attn dec pipe D=128 G=8 Hkv=4 T=9 pos=1020 from=1024 tiles=1 half-KV", \
@@ -562,15 +568,11 @@ def dec_early_cases() -> Iterator[tuple[str, Case]]:
     short, softcap, a window, and rows==decode; then in a captured graph behind a late writer of the step's rows (the
     race the rule avoids). The planted_decearly canary (the step's first new row early too) turns the graph cases red
     (their NaN rows read early); the eager ones stay green, as they must (no kernel ahead runs during the wait)."""
-    for D, G, Hkv, T, p0, ns, win, cap, tiles in (
-            (128, 8, 8, 1, 4000, 16, None, None, 4), (128, 4, 8, 5, 3000, 16, None, None, 3),
-            (128, 4, 8, 1, 4000, None, None, None, 2), (128, 2, 8, 5, 4000, None, None, None, 2),
-            (64, 7, 2, 1, 2000, 16, None, None, 2), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
-            (64, 3, 2, 2, 3000, 16, 2048, None, 2)):
-        case = dec_mma(1024)(same_bits_case("attn_dec_early", D, G, T, p0, win, cap, Hkv, True, reps=2))
-        yield (f"attn dec early == pipe bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
-               f"{f' splits={ns}' if ns else ''} tiles={tiles}{f' window={win}' if win else ''}"
-               f"{f' softcap={cap:g}' if cap else ''} half-KV"), splits(ns)(case) if ns else case
+    yield from tile_bits_cases("attn_dec_early", "attn dec early == pipe bitwise", (
+        (128, 8, 8, 1, 4000, 16, None, None, 4), (128, 4, 8, 5, 3000, 16, None, None, 3),
+        (128, 4, 8, 1, 4000, None, None, None, 2), (128, 2, 8, 5, 4000, None, None, None, 2),
+        (64, 7, 2, 1, 2000, 16, None, None, 2), (128, 4, 8, 3, 2600, 16, None, 30.0, 3),
+        (64, 3, 2, 2, 3000, 16, 2048, None, 2)))
     yield "attn dec early rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \
         dec_early(dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True)))
     for D, G, Hkv, T, p0 in ((128, 4, 8, 1, 4000), (128, 8, 8, 1, 4000), (128, 2, 8, 5, 4000), (64, 7, 2, 3, 2000)):

@@ -319,6 +319,41 @@ def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
     return run
 
 
+
+def moe_router_norm_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: bool = True) -> Case:
+    """BW24_MOE_ROUTER_NORM (the MoE block's input RMSNorm inside the router's launch, moe.cu moe_router_norm) gives
+    the unfused launches' bits (rmsnorm, then moe), called as qwen3moe's forward calls it (norm_moe, out and the
+    residual the very buffer h): the output, x (the normed rows), the routing (sel, wts) and, on the int8 experts
+    (q8), x's int8 rows; the q8 scratch is filled with 0x55 before each run, so no run can pass on the other's.
+    Red (never passed) where the fused launch did not run. The planted_routernorm canary (the last router block's
+    share of x and its int8 groups unwritten) turns every case red."""
+    from .ops.cuda import q8 as q8_ops
+
+    def run(name, ref, cu, rng):
+        w = [cu.load_weight(t) for t in moe_weights(f"{name}:", rng, X, E, F, qt, down_qt, router_std=ROUTER_REAL)]
+        h = (rng.standard_normal((T, E)) * 3).astype(np.float32)
+        nw = _dev(cu, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
+        got, names = {}, {}
+        for on in (False, True):
+            with setting(cu, "moe_q8", q8), setting(cu, "moe_norm_fuse", on):
+                xq, xs = q8_ops.buffers(cu, T, E)
+                xq.fill(0x55)
+                xs.fill(0x55555555)
+                hd, xd = _dev(cu, h), cu.zeros((T, E))
+                names[on] = kernel_names(cu, lambda hd=hd, xd=xd: cu.norm_moe(
+                    hd, nw, 1e-6, *w, x=xd, n_used=k, norm_weights=True, act="silu", out=hd, residual=hd))
+                sel, wts = cu._buf("moe_sel", T * k, np.int32), cu._buf("moe_w", T * k)
+                got[on] = [cu.to_host(hd).ravel(), cu.to_host(xd).ravel(), cu.to_host(sel).astype(np.float64),
+                           cu.to_host(wts).astype(np.float64)]
+                if q8:
+                    got[on] += [cu.to_host(xq).astype(np.float64), cu.to_host(xs).astype(np.float64)]
+        fused = [n for n in names[True] if n.startswith("moe_router_norm<")]
+        if not fused or any(n.startswith("rmsnorm") for n in names[True]):
+            return compare(name + " (the fused launch did not run)", "exact", np.ones(1), np.zeros(1))
+        return compare(name, "exact", np.concatenate(got[True]), np.concatenate(got[False]))
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for T, k, add in ((1, 4096, True), (5, 2048, False), (16, 5120, True), (1, 2048, False)):
         yield f"q8 fused rmsnorm T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
@@ -332,6 +367,11 @@ def cases() -> Iterator[tuple[str, Case]]:
             moe_case(Q.Q4_K, dq, T, 16, 8, 2048, 768, fused)
     yield "moe decode q8 Q8_0/Q8_0/Q8_0 T=2 X=12 k=8 E=1024 F=544", moe_case(Q.Q8_0, Q.Q8_0, 2, 12, 8, 1024, 544)
     yield "moe decode q8 Q5_K/Q5_K/Q4_0 T=3 X=10 k=3 E=768 F=512", moe_case(Q.Q5_K, Q.Q4_0, 3, 10, 3, 768, 512)
+    # BW24_MOE_ROUTER_NORM: the 30B-A3B's shapes (X cut to 16 but one case's 128), verify rows, the fp32 experts
+    for qt, dq, T, X, k, E, F, q8 in ((Q.Q4_K, Q.Q6_K, 1, 128, 8, 2048, 768, True), (Q.Q4_K, Q.Q4_K, 5, 16, 8, 2048, 768, True),
+                                      (Q.Q8_0, Q.Q8_0, 3, 16, 4, 1024, 544, True), (Q.Q4_K, Q.Q6_K, 2, 16, 8, 2048, 768, False)):
+        yield (f"moe router norm == rmsnorm + moe bitwise {qt.name}/{qt.name}/{dq.name} T={T} X={X} k={k} E={E} F={F}"
+               f"{'' if q8 else ' fp32 experts'}"), moe_router_norm_case(qt, dq, T, X, k, E, F, q8)
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     yield "q8 round_x (gate emulation) T=3 K=544", round_case(3, 544, False)

@@ -40,6 +40,7 @@
 //   (4*F); out 4*T*k*F (gu), 4*T*E (+ 4*T*E residual) (down).
 #include "qdot_q8.cuh"
 #include "quant_x.cuh"
+#include "rms_row.cuh"
 
 #define MOE_WARPS 4      // moe_mv
 #define MOE_MAX_WARPS 8  // moe_gu / moe_down: at most this many warps (routed slots) per block
@@ -202,6 +203,56 @@ extern "C" __global__ void moe_router(const float* __restrict__ w, const float* 
     PDL_WAIT();
     if (row < X) {
         const float acc = router_row(w, x, E, t, row, lane, pf);
+        if (lane == 0) rl[(i64)t * X + row] = acc;
+    }
+    __shared__ bool last;
+    if (!last_arrival(tickets + t, (int)gridDim.x, last)) return;
+    if (warp == 0) route_token(rl + (i64)t * X, X, k, norm, sel + (i64)t * k, wts + (i64)t * k, lane);
+}
+
+// moe_router with the MoE block's input RMSNorm in front (ops/cuda/moe.py norm_router, BW24_MOE_ROUTER_NORM=1,
+// opt-in): h [T, E] -> x = rmsnorm(h) * nw [T, E] (and its int8 rows xq / xqs for the int8 experts, when given), the
+// router logits of x, the routing. Why: the norm was a launch of its own between the output projection and the
+// router, one block a token on one SM (2 of the 30B-A3B's ~10 launches a layer are RMSNorms); here every router block
+// computes its token's norm itself (rms_row: E floats of h and of nw from L2) into shared memory, its warps' router
+// rows read x there, and the blocks share the writing of x and its int8 groups (32-column group g by block
+// g % gridDim.x) for the experts' launch. Block: rmsnorm_reg's threads for E (ops/cuda/norm.py rmsnorm_config;
+// NV vectors a thread), so rms_row sums in rmsnorm_reg's order and x, its int8 rows, the logits and the routing are
+// the unfused launches' bits (kernel-check's "moe router norm" cases); one router row a warp, as moe_router's.
+// Dynamic shared memory: E floats.
+template <int NV>
+__global__ void __launch_bounds__(512)
+moe_router_norm(const float* __restrict__ w, float* h, const float* __restrict__ nw, float eps, float* x,
+                i8* __restrict__ xq, int2* __restrict__ xqs, int E, int X, int k, int norm, float* rl, int* tickets,
+                int* __restrict__ sel, float* __restrict__ wts) {
+    PDL_TRIGGER();
+    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x * (blockDim.x >> 5) + warp;
+    float4 pf[ROUTER_PF];
+    if (row < X) router_prefetch(w, E, row, lane, pf);  // constants: before the wait (moe_router's why)
+    PDL_WAIT();
+    __shared__ float red[32];
+    extern __shared__ __align__(16) float xsm[];  // x's row [E]
+    float4 y[NV];
+    rms_row<4, NV>(h + (i64)t * E, nullptr, nw, E, eps, red, y);
+    const int n = E >> 2;
+    float4* xo = reinterpret_cast<float4*>(x + (i64)t * E);
+#pragma unroll
+    for (int u = 0; u < NV; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        const bool valid = i < n;
+        if (valid) reinterpret_cast<float4*>(xsm)[i] = y[u];
+#ifdef BW24_PLANTED_ROUTERNORM  // kernel_check canary: the last block's share of x and its int8 groups left unwritten
+        const bool mine = valid && (i >> 3) % gridDim.x == blockIdx.x && blockIdx.x + 1 < gridDim.x;
+#else
+        const bool mine = valid && (i >> 3) % gridDim.x == blockIdx.x;  // whole 8-thread groups (32 columns)
+#endif
+        if (mine) xo[i] = y[u];
+        if (xq) quant_group8x4(y[u], mine, xq + (i64)t * E + 4 * i, xqs + (i64)t * (E >> 5) + (i >> 3));
+    }
+    __syncthreads();  // x's row complete in shared memory
+    if (row < X) {
+        const float acc = router_row(w, xsm, E, 0, row, lane, pf);
         if (lane == 0) rl[(i64)t * X + row] = acc;
     }
     __shared__ bool last;

@@ -2,7 +2,8 @@
 //
 // Formula (per row of K): if add: x += add (x is the residual stream, written back);
 //                         out = x * rsqrt(mean(x^2) + eps) * w.
-// Thread-to-data mapping, rmsnorm_reg<VW, NV>: one block per row; thread i holds the row's
+// Thread-to-data mapping, rmsnorm_reg<VW, NV>: one block per row (rms_row.cuh, shared with moe.cu's
+//   moe_router_norm); thread i holds the row's
 //   VW-float vectors i, i + blockDim, ..., (NV of them) in registers: one pass of loads (VW = 4:
 //   16-byte loads, needs K % 4 == 0 and 16-byte aligned rows; VW = 1 otherwise), one block-wide sum
 //   of squares, then the stores. blockDim and NV are chosen from K alone (ops/cuda/norm.py), so a
@@ -12,23 +13,8 @@
 //   is 8 consecutive threads' float4s.
 // rmsnorm (no template): the strided fallback for rows too long for the registers (K > 512*16*VW).
 // Bytes moved: 4K read x (+4K add, +4K x written back) + 4K w (L2-resident) + 4K out per row.
-#include "common.cuh"
+#include "rms_row.cuh"
 #include "quant_x.cuh"
-
-template <int VW> struct Vec;
-template <> struct Vec<1> { typedef float T; };
-template <> struct Vec<4> { typedef float4 T; };
-
-__device__ __forceinline__ float sq(float a) { return a * a; }
-__device__ __forceinline__ float sq(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
-__device__ __forceinline__ float add_(float a, float b) { return a + b; }
-__device__ __forceinline__ float4 add_(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-__device__ __forceinline__ float scale_(float a, float r, float w) { return a * r * w; }
-__device__ __forceinline__ float4 scale_(float4 a, float r, float4 w) {
-    return make_float4(a.x * r * w.x, a.y * r * w.y, a.z * r * w.z, a.w * r * w.w);
-}
 
 template <int VW, int NV>
 __global__ void __launch_bounds__(512)
@@ -38,29 +24,9 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
     typedef typename Vec<VW>::T V;
     __shared__ float red[32];
     const int n = K / VW;  // vectors per row
-    V* xr = reinterpret_cast<V*>(x + (i64)blockIdx.x * K);
-    const V* ar = add ? reinterpret_cast<const V*>(add + (i64)blockIdx.x * K) : nullptr;
-    V v[NV];
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < NV; ++u) {
-        const int i = threadIdx.x + u * blockDim.x;
-        if (i < n) v[u] = xr[i];
-    }
-    if (ar) {
-#pragma unroll
-        for (int u = 0; u < NV; ++u) {
-            const int i = threadIdx.x + u * blockDim.x;
-            if (i < n) { v[u] = add_(v[u], ar[i]); xr[i] = v[u]; }
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < NV; ++u)
-        if (threadIdx.x + u * blockDim.x < n) ss += sq(v[u]);
-    ss = block_sum(ss, red);
-    const float r = rsqrtf(ss / (float)K + eps);
+    V y[NV];
+    rms_row<VW, NV>(x + (i64)blockIdx.x * K, add ? add + (i64)blockIdx.x * K : nullptr, w, K, eps, red, y);
     V* o = reinterpret_cast<V*>(out + (i64)blockIdx.x * K);
-    const V* wv = reinterpret_cast<const V*>(w);
     if constexpr (VW == 4) {
         if (xq) {  // the same for the whole block
             i8* q = xq + (i64)blockIdx.x * K;
@@ -69,9 +35,8 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
             for (int u = 0; u < NV; ++u) {
                 const int i = threadIdx.x + u * blockDim.x;
                 const bool valid = i < n;  // whole 8-thread groups: n % 8 == 0, blockDim % 32 == 0
-                const float4 y = valid ? scale_(v[u], r, wv[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
-                if (valid) o[i] = y;
-                quant_group8x4(y, valid, q + 4 * i, s + (i >> 3));
+                if (valid) o[i] = y[u];
+                quant_group8x4(y[u], valid, q + 4 * i, s + (i >> 3));  // (y = 0 past the row)
             }
             return;
         }
@@ -79,7 +44,7 @@ rmsnorm_reg(float* x, const float* __restrict__ add, const float* __restrict__ w
 #pragma unroll
     for (int u = 0; u < NV; ++u) {
         const int i = threadIdx.x + u * blockDim.x;
-        if (i < n) o[i] = scale_(v[u], r, wv[i]);
+        if (i < n) o[i] = y[u];
     }
 }
 

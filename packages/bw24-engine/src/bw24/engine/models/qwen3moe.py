@@ -32,9 +32,9 @@ class Qwen3Moe(Transformer):
         for i, L in enumerate(self.w.layers):
             self.attention(i, L, b, norm=L.attn_norm)  # as qwen3 -> b.a [T, H*D]
             o.matmul(L.wo, b.a, out=b.h, residual=b.h)
-            o.rmsnorm(b.h, L.ffn_norm, c.rms_eps, out=b.x)
-            o.moe(b.x, L.router, L.gate_exps, L.up_exps, L.down_exps, n_used=c.n_expert_used,
-                  norm_weights=c.expert_weights_norm, act=c.ffn_act, out=b.h, residual=b.h)  # h += moe(x)
+            o.norm_moe(b.h, L.ffn_norm, c.rms_eps, L.router, L.gate_exps, L.up_exps, L.down_exps, x=b.x,
+                       n_used=c.n_expert_used, norm_weights=c.expert_weights_norm, act=c.ffn_act, out=b.h,
+                       residual=b.h)  # x = rmsnorm(h) * ffn_norm; h += moe(x)
         logits = self.head(b, T, last_only)  # [1 or T, V]
         o.advance(self.kv.pos, T)
         return logits

@@ -233,6 +233,16 @@ class Ops(ABC):
         renormalized to sum 1 if norm_weights; out = sum_e w_e * down_e(act(gate_e x) * up_e x)
         (+ residual, which may alias out). Only the selected experts' weights are read."""
 
+    def norm_moe(
+        self, h: Any, norm: Any, eps: float, router: Any, gate_exps: Any, up_exps: Any, down_exps: Any, *, x: Any,
+        n_used: int, norm_weights: bool, act: str, out: Any, residual: Any = None,
+    ) -> None:
+        """x = rmsnorm(h) * norm, then moe(x, ...): a MoE block's FFN from its input norm. A backend may fuse them
+        (cuda: the norm inside the router's launch, BW24_MOE_ROUTER_NORM); x holds the normed rows afterwards."""
+        self.rmsnorm(h, norm, eps, out=x)
+        self.moe(x, router, gate_exps, up_exps, down_exps, n_used=n_used, norm_weights=norm_weights, act=act, out=out,
+                 residual=residual)
+
     @abstractmethod
     def logits(self, x: Any, w: Any, softcap: float | None, *, out: Any) -> None:
         """out = x @ W^T, then softcap * tanh(out / softcap) when softcap is set.

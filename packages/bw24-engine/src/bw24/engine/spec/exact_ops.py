@@ -55,6 +55,13 @@ class RowExactOps:
             self.base.norm_matmul_multi(h[t:t + 1], norm, eps, ws, x=x[t:t + 1], outs=[o[t:t + 1] for o in outs],
                                         biases=biases)
 
+    def norm_moe(self, h, norm, eps, router, gate_exps, up_exps, down_exps, *, x, n_used, norm_weights, act, out,
+                 residual=None):
+        for t in range(h.shape[0]):
+            self.base.norm_moe(h[t:t + 1], norm, eps, router, gate_exps, up_exps, down_exps, x=x[t:t + 1],
+                               n_used=n_used, norm_weights=norm_weights, act=act, out=out[t:t + 1],
+                               residual=None if residual is None else residual[t:t + 1])
+
     def rmsnorm(self, x, w, eps, *, out, add=None):
         for t in range(x.shape[0]):
             self.base.rmsnorm(x[t:t + 1], w, eps, out=out[t:t + 1], add=None if add is None else add[t:t + 1])

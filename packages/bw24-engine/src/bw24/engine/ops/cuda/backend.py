@@ -314,6 +314,10 @@ class CudaOps(Ops):
     # the 8B +1.2%); BW24_ATTN_DEC_EARLY=0 turns it off (perf rows "no_attn_dec_early").
     attn_dec_early_env = os.environ.get("BW24_ATTN_DEC_EARLY", "1")
     attn_dec_early = attn_dec_early_env != "0"
+    # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
+    # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
+    moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
+    moe_norm_fuse = moe_router_norm_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -441,6 +445,7 @@ class CudaOps(Ops):
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_dec_pipe", not self.attn_dec_pipe),
                                       ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
+                                      ("moe_router_norm", self.moe_norm_fuse),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -506,6 +511,9 @@ class CudaOps(Ops):
         if self.attn_dec_pipe_env not in ("0", "1"):
             raise ValueError(f"BW24_ATTN_DEC_PIPE={self.attn_dec_pipe_env!r}: use 1 (the default: the tensor-core "
                              "attention's tiles through two cp.async stages) or 0 (off)")
+        if self.moe_router_norm_env not in ("0", "1"):
+            raise ValueError(f"BW24_MOE_ROUTER_NORM={self.moe_router_norm_env!r}: use 1 (a MoE block's input RMSNorm "
+                             "inside the router's launch) or 0 (off, the default)")
         if self.attn_dec_early_env not in ("0", "1"):
             raise ValueError(f"BW24_ATTN_DEC_EARLY={self.attn_dec_early_env!r}: use 1 (the default: the tensor-core "
                              "attention's first tiles of older cache rows before the PDL wait) or 0 (off)")
@@ -569,6 +577,7 @@ class CudaOps(Ops):
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decearly": (("BW24_PLANTED_DECEARLY", 1),),
+                   "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_routerpf": (("BW24_PLANTED_ROUTERPF", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
@@ -1022,6 +1031,19 @@ class CudaOps(Ops):
             return
         self._launch(self._k("elementwise.cu", "glu"), (min(math.ceil(n / 256), 4096),), 256,
                      (gate, up, out, np.int64(n), _i32(ACTIVATIONS.index(act))))
+
+    def norm_moe(self, h, norm, eps, router, gate_exps, up_exps, down_exps, *, x, n_used, norm_weights, act, out,
+                 residual=None):
+        """With BW24_MOE_ROUTER_NORM, decode / verify rows in one router launch that also normalizes
+        (ops/cuda/moe.py norm_router: where it applies); otherwise rmsnorm, then moe."""
+        from .moe import moe, norm_router
+
+        if norm_router(self, router, h, x, norm):
+            moe(self, x, router, gate_exps, up_exps, down_exps, n_used=n_used, norm_weights=norm_weights, act=act,
+                out=out, residual=residual, normed=(h, norm, eps))
+            return
+        Ops.norm_moe(self, h, norm, eps, router, gate_exps, up_exps, down_exps, x=x, n_used=n_used,
+                     norm_weights=norm_weights, act=act, out=out, residual=residual)
 
     def moe(self, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None):
         from .moe import moe  # router top-k and selected-expert matvecs on the device (ops/cuda/moe.py)

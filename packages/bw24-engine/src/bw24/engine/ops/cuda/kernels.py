@@ -65,7 +65,8 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
                                   ((128, 2), (128, 4), (128, 8), (64, 7), (64, 3))),
     # decode: fused gate/up/act and down/combine per weight format (ops/cuda/moe.py decode_config);
     # moe_mv per format for the fallbacks (gate and up of different formats, rows too long to stage)
-    "moe.cu": decode_instances() + tuple(f"moe_mv<{f}>" for f in range(10)),
+    "moe.cu": decode_instances() + tuple(f"moe_mv<{f}>" for f in range(10))
+              + tuple(f"moe_router_norm<{nv}>" for nv in NORM_NV),  # (its block: rmsnorm_reg<4, NV>'s threads)
     # prefill (T > 16, ops/cuda/prefill.py): fp16 weight chunks for cuBLAS; attention at the real
     # models' (D, G) (smollm2 64/3, qwen2.5 64/7, qwen3 128/2,4,8, gemma3 256/4) and kernel_check's
     "prefill_gemm.cu": tuple(f"dequant_rows_h<{f}>" for f in range(10)),

@@ -25,6 +25,7 @@ import numpy as np
 
 from ...errors import UnsupportedModelError
 from ..base import ACTIVATIONS
+from .weights import NULL
 
 MOE_WARPS = 4  # moe.cu's MOE_WARPS (moe_mv)
 MAX_WARPS = 8  # moe.cu's MOE_MAX_WARPS: warps (routed slots) per moe_gu / moe_down block
@@ -123,7 +124,38 @@ def _check_experts(name: str, w, X: int, n: int, k: int) -> None:
         raise UnsupportedModelError(f"moe: {name} {w.shape} is not stacked experts [{X}, {n}, {k}]")
 
 
-def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None) -> None:
+def norm_router(ops, router, h, x, nw) -> bool:
+    """moe_router_norm (the block's input RMSNorm inside the router's launch, kernels/moe.cu: why) for this call:
+    BW24_MOE_ROUTER_NORM (ops.moe_norm_fuse), fused_router's conditions, rows that rmsnorm_reg<4, NV> takes (16-byte
+    aligned h, x and norm weight; E % 32 == 0 for the int8 groups holds for any weight, repack.py's rule) and x's row
+    fits the 48 KB of shared memory."""
+    from .norm import rmsnorm_config
+
+    T, E = h.shape
+    aligned = all(a.data.ptr % 16 == 0 for a in (h, x, nw))
+    return bool(getattr(ops, "moe_norm_fuse", False) and fused_router(ops, router, x) and aligned
+                and 4 * E <= SMEM_MAX and rmsnorm_config(E, aligned)[0].startswith("rmsnorm_reg<4,"))
+
+
+def router_norm_launch(ops, router, h, nw, eps: float, x, xq, xs, n_used: int, norm_weights: bool, rl, sel,
+                       wts) -> None:
+    """moe_router_norm: x = rmsnorm(h) * nw (and its int8 rows xq / xs, or NULL), the router logits rl and the
+    routing sel / wts (norm_router's conditions); a block of rmsnorm_reg's threads for E, one router row a warp."""
+    from .norm import rmsnorm_config
+
+    T, E = h.shape
+    X = router.n
+    name, threads = rmsnorm_config(E, True)
+    nv = int(name.split(",")[1].rstrip(">"))
+    tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
+    ops._launch(ops._k("moe.cu", f"moe_router_norm<{nv}>"), (math.ceil(X / (threads // 32)), T), threads,
+                (router.args()[0], h, nw, np.float32(eps), x, xq, xs, np.int32(E), np.int32(X), np.int32(n_used),
+                 np.int32(bool(norm_weights)), rl, tickets, sel, wts), shared_mem=4 * E)
+
+
+def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, act, out, residual=None,
+        normed=None) -> None:
+    """normed = (h, norm weight, eps): x is written here, rmsnorm(h) * norm, by the router's launch (norm_router)."""
     if act not in ACTIVATIONS:
         raise ValueError(f"activation {act!r} not in {ACTIVATIONS}")
     T, E = x.shape
@@ -147,14 +179,18 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
     if int8:
         from . import q8  # (here: q8 imports kernels, which imports this module's decode_instances)
 
-        xq, xs = q8.quantize(ops, x)
+        xq, xs = q8.buffers(ops, T, E) if normed is not None else q8.quantize(ops, x)
     rl = ops._buf("moe_rl", T * X).reshape(T, X)
     sel, wts = ops._buf("moe_sel", S, np.int32), ops._buf("moe_w", S)
     g, u = ops._buf("moe_g", S * F).reshape(S, F), ops._buf("moe_u", S * F).reshape(S, F)
     d = ops._buf("moe_d", S * E).reshape(S, E)
     res = residual if residual is not None else np.uintp(0)
 
-    if fused_router(ops, router, x):  # one launch
+    if normed is not None:  # the norm, the router and the routing in one launch
+        h, nw, eps = normed
+        router_norm_launch(ops, router, h, nw, eps, x, *((xq, xs) if int8 else (NULL, NULL)), n_used, norm_weights,
+                           rl, sel, wts)
+    elif fused_router(ops, router, x):  # one launch
         router_launch(ops, router, x, n_used, norm_weights, rl, sel, wts)
     else:
         ops.matmul(router, x, out=rl)  # [T, X]

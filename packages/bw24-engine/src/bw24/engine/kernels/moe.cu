@@ -219,7 +219,8 @@ extern "C" __global__ void moe_router(const float* __restrict__ w, const float* 
 // g % gridDim.x) for the experts' launch. Block: rmsnorm_reg's threads for E (ops/cuda/norm.py rmsnorm_config;
 // NV vectors a thread), so rms_row sums in rmsnorm_reg's order and x, its int8 rows, the logits and the routing are
 // the unfused launches' bits (kernel-check's "moe router norm" cases); one router row a warp, as moe_router's.
-// Dynamic shared memory: E floats.
+// Dynamic shared memory: E floats. Registers: the 512-thread block for E = 2,048 caps a thread at 128, under moe_router's
+// 156: ptxas spills 336 bytes (sm_90a), the route's doubles and the prefetched row not both fitting.
 template <int NV>
 __global__ void __launch_bounds__(512)
 moe_router_norm(const float* __restrict__ w, float* h, const float* __restrict__ nw, float eps, float* x,

@@ -136,10 +136,10 @@ class Emu:
         """moe_router with the input RMSNorm in front: each token's x = the reference's rmsnorm of h (the twin does
         not replay rmsnorm_reg's sum order: the device's bits are kernel-check's business), its int8 rows when given
         (quantize_x's twin), then moe_router's rows and route. The block is rmsnorm_reg's for E (NV = tp[0])."""
-        from bw24.engine.ops.cuda.norm import rmsnorm_config
+        from bw24.engine.ops.cuda.norm import rmsnorm_shape
 
         w, h, nw, eps, x, xq, xs, E, X, k, norm, rl, tickets, sel, wts = args
-        assert (f"rmsnorm_reg<4,{tp[0]}>", block) == rmsnorm_config(E, True) and smem == 4 * E
+        assert (4, tp[0], block) == rmsnorm_shape(E, True) and smem == 4 * E
         assert grid[0] == -(-X // (block // 32))
         T = grid[1]
         self.ref.rmsnorm(h.reshape(-1, E)[:T].copy(), nw, float(eps), out=x.reshape(-1, E)[:T])
@@ -503,14 +503,13 @@ def test_fused_router_is_one_launch_with_the_reference_routing(moe_q8):
     assert M.fused_router(SimpleNamespace(moe_router_fuse=True), rnd[0], np.zeros((1, 256), f32).view(DevArray))
 
 
-
 @pytest.mark.parametrize("moe_q8", [False, True])
 def test_router_norm_is_one_launch_before_the_experts_with_the_unfused_result(moe_q8):
     """BW24_MOE_ROUTER_NORM: the block's input RMSNorm, the router matvec and the routing as one moe_router_norm
     launch (rmsnorm_reg's block for E, 4 E bytes of shared memory), its int8 rows straight to the int8 experts
     (no quantize_x), and the unfused launches' result (rmsnorm then moe: the same twins); where norm_router's
     conditions fail (the flag off, prefill rows, a misaligned row, a row past the shared memory) it is not taken."""
-    from bw24.engine.ops.cuda.norm import rmsnorm_config
+    from bw24.engine.ops.cuda.norm import rmsnorm_shape
 
     rng = np.random.default_rng(29)
     qts, T, X, k, E, F = (Q.Q4_K, Q.Q4_K, Q.Q6_K), 2, 40, 8, 2048, 256
@@ -531,7 +530,7 @@ def test_router_norm_is_one_launch_before_the_experts_with_the_unfused_result(mo
     M.moe(one, x, *(FakeW(t) for t in tis), n_used=k, norm_weights=True, act="silu", out=got, residual=got,
           normed=(h, nw, 1e-6))
     names = [n for n, *_ in one.launches]
-    assert names[0] == f"moe_router_norm<{rmsnorm_config(E, True)[0].split(',')[1]}" and "quantize_x" not in names
+    assert names[0] == f"moe_router_norm<{rmsnorm_shape(E, True)[1]}>" and "quantize_x" not in names
     assert names[1].startswith("moe_gu8" if moe_q8 else "moe_gu") and "moe_route" not in names
     assert one.launches[0][1:4] == ((-(-X // 16), T), (512,), 4 * E)
     np.testing.assert_array_equal(np.array(x), x2)

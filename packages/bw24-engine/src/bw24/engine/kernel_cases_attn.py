@@ -347,7 +347,6 @@ def rmsnorm_rows_case(K, add: bool, rows=5) -> Case:
     return run
 
 
-
 def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True, half=False) -> Case:
     """rope_kv with the fused qk-norm vs the reference (norm then rope), plus T-row == one-row bitwise.
     half: into a float16 cache, compared with the reference's cache rounded to float16 ("gemm16"
@@ -466,7 +465,6 @@ def dec_mma(frm: int) -> Callable[[Case], Case]:
 dec_pipe = _with("attn_dec_pipe", "attn_dec_mma's tiles through two cp.async stages (BW24_ATTN_DEC_PIPE).")
 
 
-
 def tile_bits_cases(attr: str, title: str, shapes) -> Iterator[tuple[str, Case]]:
     """attn_dec_mma with cu.<attr> on against off, bit for bit, twice in a row (same_bits_case), at each (D, G, Hkv,
     T, p0, splits forced or None, window, softcap, tiles a split) of shapes: the deep rows' opt-in paths' cases."""
@@ -475,6 +473,7 @@ def tile_bits_cases(attr: str, title: str, shapes) -> Iterator[tuple[str, Case]]
         yield (f"{title} D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
                f"{f' splits={ns}' if ns else ''} tiles={tiles}{f' window={win}' if win else ''}"
                f"{f' softcap={cap:g}' if cap else ''} half-KV"), splits(ns)(case) if ns else case
+
 
 def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
     """BW24_ATTN_DEC_PIPE (attn_dec_mma's tiles through two cp.async stages): the plain kernel's bits, twice in a
@@ -494,7 +493,6 @@ def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
         dec_pipe(dec_mma_ref_case(128, 8, 9, 1020, 1024, Hkv=4))
     yield "attn dec pipe rows==decode D=128 G=8 Hkv=4 T=6 pos=3000 from=1024 splits=16 half-KV", \
         splits(16)(dec_pipe(dec_mma(1024)(attn_rows_case(128, 8, 6, 3000, Hkv=4, half=True))))
-
 
 
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")

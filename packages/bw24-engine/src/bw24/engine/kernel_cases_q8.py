@@ -319,7 +319,6 @@ def norm_multi_case(qts, T: int, K: int, cfg, path: str = "f32") -> Case:
     return run
 
 
-
 def moe_router_norm_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8: bool = True) -> Case:
     """BW24_MOE_ROUTER_NORM (the MoE block's input RMSNorm inside the router's launch, moe.cu moe_router_norm) gives
     the unfused launches' bits (rmsnorm, then moe), called as qwen3moe's forward calls it (norm_moe, out and the

@@ -35,14 +35,15 @@
 // after the previous tile's math. The math, its order and the tiles' contents are the plain loop's: the same bits
 // (kernel-check's "dec mma pipe == plain bitwise"). 2 x 34.8 KB a block at D = DV = 128: 3 blocks an SM. With it
 // the model's mma rows take 33 splits (ops/cuda/attn.py DEC_MMA_SPLITS): two tiles a split at 4,096 keys.
-// BW24_DEC_MMA_EARLY (with the pipe; ops/cuda/backend.py attn_dec_early, BW24_ATTN_DEC_EARLY=1, opt-in): the split's
-// first two tiles go out before the PDL wait (common.cuh), where every key of the tile is older than this launch's
-// tokens. Why: the cache rows before the step's first position p0 = pos[0] were written by earlier launches (steps),
-// so their DRAM round trip can overlap the kernels ahead, as the matvecs' first weight group does; only rows >= p0
-// (rope_kv, the kernel ahead, writes them) must wait. At 4,096 keys and 33 splits that is the whole split but the
-// last one's last tile. pos itself is read before the wait by one thread (block-uniform) and again after it: if it
-// moved (an advance still running in a graph of several steps), the early tiles are drained and dropped and the
-// split loads as without. The same tiles, math and order: the pipe's bits (kernel-check's "dec early == pipe").
+// BW24_DEC_MMA_EARLY (with the pipe; ops/cuda/backend.py attn_dec_early, the default since 73fcbc7's figures,
+// BW24_ATTN_DEC_EARLY=0 off): the split's first two tiles go out before the PDL wait (common.cuh), where every key of
+// the tile is older than this launch's tokens. Why: the cache rows before the step's first position p0 = pos[0] were
+// written by earlier launches (steps), so their DRAM round trip can overlap the kernel ahead (PDL starts only the
+// launch right behind a running one early: in a deep decode step rope_kv), as the matvecs' first weight group does;
+// only rows >= p0 (rope_kv writes them) must wait. At 4,096 keys and 33 splits that is the whole split but the last
+// one's last tile. pos itself is read before the wait by one thread (block-uniform) and again after it: if it moved
+// (an advance still running in a graph of several steps), the early tiles are drained and dropped and the split loads
+// as without. The same tiles, math and order: the pipe's bits (kernel-check's "dec early == pipe").
 #include "mma.cuh"
 #include "attn_chunk.cuh"
 #include "quant_x.cuh"

@@ -129,24 +129,24 @@ def norm_router(ops, router, h, x, nw) -> bool:
     BW24_MOE_ROUTER_NORM (ops.moe_norm_fuse), fused_router's conditions, rows that rmsnorm_reg<4, NV> takes (16-byte
     aligned h, x and norm weight; E % 32 == 0 for the int8 groups holds for any weight, repack.py's rule) and x's row
     fits the 48 KB of shared memory."""
-    from .norm import rmsnorm_config
+    from .norm import rmsnorm_shape
 
     T, E = h.shape
     aligned = all(a.data.ptr % 16 == 0 for a in (h, x, nw))
+    shape = rmsnorm_shape(E, aligned)
     return bool(getattr(ops, "moe_norm_fuse", False) and fused_router(ops, router, x) and aligned
-                and 4 * E <= SMEM_MAX and rmsnorm_config(E, aligned)[0].startswith("rmsnorm_reg<4,"))
+                and 4 * E <= SMEM_MAX and shape is not None and shape[0] == 4)
 
 
 def router_norm_launch(ops, router, h, nw, eps: float, x, xq, xs, n_used: int, norm_weights: bool, rl, sel,
                        wts) -> None:
     """moe_router_norm: x = rmsnorm(h) * nw (and its int8 rows xq / xs, or NULL), the router logits rl and the
     routing sel / wts (norm_router's conditions); a block of rmsnorm_reg's threads for E, one router row a warp."""
-    from .norm import rmsnorm_config
+    from .norm import rmsnorm_shape
 
     T, E = h.shape
     X = router.n
-    name, threads = rmsnorm_config(E, True)
-    nv = int(name.split(",")[1].rstrip(">"))
+    _, nv, threads = rmsnorm_shape(E, True)
     tickets = ops._buf("moe_router_tickets", PREFILL_T, np.int32, zeroed=True)
     ops._launch(ops._k("moe.cu", f"moe_router_norm<{nv}>"), (math.ceil(X / (threads // 32)), T), threads,
                 (router.args()[0], h, nw, np.float32(eps), x, xq, xs, np.int32(E), np.int32(X), np.int32(n_used),

@@ -18,15 +18,25 @@ NORM_THREADS = 512  # at most 512 threads per row (norm.cu launch bounds); more 
 ROPE_SLOTS = 4  # rope.cu RS: (pair) slots per thread
 
 
-def rmsnorm_config(K: int, aligned: bool) -> tuple[str, int]:
-    """(kernel name, threads) for rows of K floats; aligned: every row starts on 16 bytes."""
+def rmsnorm_shape(K: int, aligned: bool) -> tuple[int, int, int] | None:
+    """rmsnorm_reg's (VW, NV, threads) for rows of K floats (rms_row.cuh's mapping: moe_router_norm takes the same);
+    aligned: every row starts on 16 bytes. None: rows longer than 512 * 16 vectors."""
     vw = 4 if K % 4 == 0 and aligned else 1
     n = K // vw
     for nv in NORM_NV:
         threads = 32 * math.ceil(n / nv / 32)
         if threads <= NORM_THREADS:
-            return f"rmsnorm_reg<{vw},{nv}>", threads
-    return "rmsnorm", 1024  # rows longer than 512 * 16 vectors: the strided fallback
+            return vw, nv, threads
+    return None
+
+
+def rmsnorm_config(K: int, aligned: bool) -> tuple[str, int]:
+    """(kernel name, threads) for rows of K floats; aligned: every row starts on 16 bytes."""
+    shape = rmsnorm_shape(K, aligned)
+    if shape is None:
+        return "rmsnorm", 1024  # the strided fallback
+    vw, nv, threads = shape
+    return f"rmsnorm_reg<{vw},{nv}>", threads
 
 
 def rmsnorm(cu, x, w, eps, *, out, add=None) -> None:

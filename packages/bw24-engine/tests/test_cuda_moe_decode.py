@@ -810,6 +810,57 @@ def test_grouped_ffn_launches_match_the_reference_without_a_host_read(qts, T, X,
     assert not MP.grouped(SimpleNamespace(moe_grouped=False, prefill_precision="fp16"), gw, uw, E, F)
 
 
+class RouterNormStub:
+    """A stand-in for kernel_check's CudaOps in the router norm cases: kernel_check.run_cases's switches (the
+    router's launch, the int8 experts and the fused norm off), device arrays with their data.ptr, and a norm_moe
+    that takes the fused launch exactly where CudaOps.norm_moe does (moe.norm_router) and only names its kernels."""
+
+    moe_q8 = moe_router_fuse = moe_norm_fuse = False
+
+    def __init__(self):
+        self.scratch, self.fused = {}, []
+
+    def load_weight(self, t):
+        return FakeW(t)
+
+    def _put(self, a):
+        return np.array(a).view(DevArray)
+
+    def zeros(self, shape):
+        return np.zeros(shape, f32).view(DevArray)
+
+    def _buf(self, key, n, dtype=f32, *, zeroed=False):
+        a = self.scratch.get(key)
+        if a is None or a.size < n or a.dtype != dtype:
+            a = self.scratch[key] = np.zeros(max(n, 1), dtype).view(DevArray)
+        return a[:n]
+
+    def to_host(self, a):
+        return np.array(a)
+
+    def _k(self, file, name):
+        return name
+
+    def norm_moe(self, h, norm, eps, router, *experts, x, **kw):
+        fused = M.norm_router(self, router, h, x, norm)
+        self.fused.append(fused)
+        for n in (["moe_router_norm<2>"] if fused else ["rmsnorm_reg<4,2>", "moe_router"]):
+            self._k("moe.cu", n)
+
+
+@pytest.mark.parametrize("q8", [True, False])
+def test_router_norm_case_reaches_the_fused_launch_under_kernel_checks_switches(q8):
+    """kernel_check turns the router's own launch off for every case that does not switch it on itself, and
+    moe.norm_router needs it: at ad90405 the router norm cases did not, so the fused launch never ran and all 4
+    were red on the H200. Under kernel_check's switches the case's fused run must take it, its other run not."""
+    from bw24.engine.kernel_cases_q8 import moe_router_norm_case
+
+    stub = RouterNormStub()
+    res = moe_router_norm_case(Q.Q4_K, Q.Q4_K, 2, 4, 2, 256, 256, q8)("stub", None, stub, np.random.default_rng(5))
+    assert stub.fused == [False, True] and res.ok, res.line()
+    assert RouterNormStub.moe_router_fuse is False and stub.moe_router_fuse is False  # the case's switch undone
+
+
 def test_router_norm_is_opt_in_refused_or_recorded(monkeypatch, helpers):
     """BW24_MOE_ROUTER_NORM: off by default (CudaOps.moe_norm_fuse), 1 on with perf rows saying moe_router_norm,
     any other value a clear error naming the variable; the planted canary's macro reaches moe.cu alone."""

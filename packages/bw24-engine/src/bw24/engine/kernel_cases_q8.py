@@ -324,6 +324,8 @@ def moe_router_norm_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8
     the unfused launches' bits (rmsnorm, then moe), called as qwen3moe's forward calls it (norm_moe, out and the
     residual the very buffer h): the output, x (the normed rows), the routing (sel, wts) and, on the int8 experts
     (q8), x's int8 rows; the q8 scratch is filled with 0x55 before each run, so no run can pass on the other's.
+    Both runs take the router's own launch (moe_router_fuse, the default), so the unfused one is rmsnorm_reg then
+    moe_router.
     Red (never passed) where the fused launch did not run. The planted_routernorm canary (the last router block's
     share of x and its int8 groups unwritten) turns every case red."""
     from .ops.cuda import q8 as q8_ops
@@ -334,7 +336,9 @@ def moe_router_norm_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8
         nw = _dev(cu, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
         got, names = {}, {}
         for on in (False, True):
-            with setting(cu, "moe_q8", q8), setting(cu, "moe_norm_fuse", on):
+            # the router's launch on (kernel_check turns moe_router_fuse off for the other cases): norm_router
+            # needs it, and without it the fused launch never ran (ad90405's 4 red cases on the H200)
+            with setting(cu, "moe_q8", q8), setting(cu, "moe_router_fuse", True), setting(cu, "moe_norm_fuse", on):
                 xq, xs = q8_ops.buffers(cu, T, E)
                 xq.fill(0x55)
                 xs.fill(0x55555555)

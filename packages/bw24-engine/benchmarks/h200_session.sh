@@ -7,6 +7,7 @@
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
+#         | knockout PRESET:QUANT:DEPTH... (benchmarks/gpu_knockout.py: the step without each kernel family)
 #         | attnsweep [ARGS] (benchmarks/gpu_attn_sweep.py: the decode attention a layer across the deep rows' settings)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
@@ -110,6 +111,10 @@ log=lambda s: None))" "$m")
   attnsweep)  # one decode step's attention a layer at the perf cells' shapes across the deep rows' settings
     (hdr; timeout 400 python3 $B/gpu_attn_sweep.py "$@"; echo "attn sweep rc=$?") > $R/attn_sweep.log 2>&1
     tail -60 $R/attn_sweep.log ;;
+  knockout)  # knockout PRESET:QUANT:DEPTH...: each model's decode step's graph without each kernel family (gpu_knockout.py)
+    (hdr; for m in "$@"; do [[ $m == *:* ]] && timeout 200 python3 $B/gpu_knockout.py $R/knockout "$m"; done
+     echo "knockout rc=$?") >> $R/knockout.log 2>&1
+    grep -E "^(## |[a-z])" $R/knockout.log | cut -c1-150 | tail -24 ;;
   moesweep)  # one qwen3-30b-a3b MoE decode layer's stages and the moe_gu / moe_down (and int8) config sweeps
     (hdr; timeout 500 python3 $B/gpu_moe_decode.py; echo "moe decode rc=$?") > $R/moe_decode.log 2>&1
     tail -40 $R/moe_decode.log ;;

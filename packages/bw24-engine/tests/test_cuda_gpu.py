@@ -144,6 +144,13 @@ def test_moe_router_norm_cases_green_and_an_unwritten_share_red():
     _green_then_red(83, "moe router norm", "planted_routernorm", "moe router norm", 4)
 
 
+def test_norm_ahead_cases_green_and_codes_without_the_norm_weight_red():
+    """BW24_NORM_AHEAD's cases (the RMSNorm split between qmv8_na and qmv8_3n: h, the norm's int8 rows and sums of
+    squares exact against their twin, the consumer's outputs, verify rows == decode rows, no rmsnorm launch) are
+    green; the planted producer that quantizes h without the norm weight turns all 4 red."""
+    _green_then_red(89, "norm ahead", "planted_na", "norm ahead", 4)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's

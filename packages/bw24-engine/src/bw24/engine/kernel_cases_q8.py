@@ -357,6 +357,60 @@ def moe_router_norm_case(qt, down_qt, T: int, X: int, k: int, E: int, F: int, q8
     return run
 
 
+def norm_ahead_case(qt, cqts, T: int, K: int, N: int, cfg: tuple[int, int]) -> Case:
+    """BW24_NORM_AHEAD: a residual matvec (qmv8_na, the weight qt [N, K]) then the norm's consumer (qmv8_3n over the
+    weights cqts [*, N]), as the dense forward calls them (matmul_norm_ahead, norm_matmul_multi with the same norm):
+    no rmsnorm launch; h (the producer's out) against matmul_q8_ref; the int8 rows of h * norm weight, their scales,
+    half sums and the groups' sums of squares exactly against q8.na_ref of the device's h; the consumer's outputs
+    against r * (dequantized codes) @ W^T with r from q8.na_scale_ref; and for T > 1 every row equal, bit for bit, to
+    a T = 1 call's (verify == decode). cfg: the (warps, rows) forced on every weight (the producer takes
+    q8.na_warps of them). The planted_na canary (codes of h without the norm weight) turns every case red."""
+    from .ops.cuda import q8 as q8_ops
+
+    def run(name, ref, cu, rng):
+        eps = 1e-6
+        wt = _weight(qt, N, K, rng, f"{name}.wo")
+        ctis = [_weight(q, n, N, rng, f"{name}.c{i}") for i, (q, n) in enumerate(zip(cqts, (256, 192, 128)[: len(cqts)], strict=True))]
+        x, h0 = _x(rng, T, K), (rng.standard_normal((T, N)) * 2).astype(np.float32)
+        nw = (1 + 0.1 * rng.standard_normal(N)).astype(np.float32)
+        wo, cws, nwd = cu.load_weight(wt), [cu.load_weight(t) for t in ctis], _dev(cu, nw)
+
+        def step(xr, hr):
+            hd, xd, xb = _dev(cu, hr), _dev(cu, xr), cu.zeros(hr.shape)
+            outs = [cu.zeros((hr.shape[0], t.shape[0])) for t in ctis]
+            names = kernel_names(cu, lambda: (
+                cu.matmul_norm_ahead(wo, xd, out=hd, residual=hd, norm=nwd, eps=eps),
+                cu.norm_matmul_multi(hd, nwd, eps, cws, x=xb, outs=outs)))
+            yq, ys, yss = (cu.to_host(a) for a in q8_ops.na_buffers(cu, hr.shape[0], N))
+            return names, cu.to_host(hd), [cu.to_host(o) for o in outs], (yq, ys, yss)
+
+        with _forced(cu, [qt, *cqts], *cfg), setting(cu, "norm_ahead", True):
+            names, h, outs, (yq, ys, yss) = step(x, h0)
+            if not any(n.startswith("qmv8_na<") for n in names) or not any(n.startswith("qmv8_3n<") for n in names) \
+                    or any(n.startswith("rmsnorm") for n in names):
+                return compare(name + f" (launches {names})", "exact", np.ones(1), np.zeros(1))
+            rows = [step(x[t:t + 1], h0[t:t + 1]) for t in range(T)] if T > 1 else []
+        G = N // 32
+        q, d, sums, ss = q8_ops.na_ref(h, nw)
+        gd, gsum = q8_ops.unpack_xs(ys.reshape(T, G, 2))
+        codes = compare(name + " codes, scales, sums, sums of squares", "exact",
+                        np.concatenate([yq.astype(np.float64), gd.view(np.int32).ravel(), gsum.ravel(),
+                                        yss.view(np.int32).astype(np.float64)]),
+                        np.concatenate([q.ravel().astype(np.float64), d.view(np.int32).ravel(), sums.ravel(),
+                                        ss.view(np.int32).ravel().astype(np.float64)]))
+        r = q8_ops.na_scale_ref(ss, N, eps)
+        xn = (q.reshape(T, G, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, N) * r[:, None]
+        want = np.concatenate([xn @ np.asarray(ref.load_weight(t).data, np.float64).T for t in ctis], axis=1)
+        results = [compare(name + " h", "matmul_q8", h, matmul_q8_ref(ref.load_weight(wt).data, x, residual=h0)),
+                   codes, compare(name + " outs", "matmul_q8", np.concatenate(outs, axis=1), want.astype(np.float32))]
+        if rows:
+            results.append(compare(name + " ==rows", "exact",
+                                   np.concatenate([np.concatenate([rw[1], *rw[2]], axis=1) for rw in rows]),
+                                   np.concatenate([h, *outs], axis=1)))
+        return max(results, key=lambda res: (not res.ok, res.rel))
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for T, k, add in ((1, 4096, True), (5, 2048, False), (16, 5120, True), (1, 2048, False)):
         yield f"q8 fused rmsnorm T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
@@ -375,6 +429,14 @@ def cases() -> Iterator[tuple[str, Case]]:
                                       (Q.Q8_0, Q.Q8_0, 3, 16, 4, 1024, 544, True), (Q.Q4_K, Q.Q6_K, 2, 16, 8, 2048, 768, False)):
         yield (f"moe router norm == rmsnorm + moe bitwise {qt.name}/{qt.name}/{dq.name} T={T} X={X} k={k} E={E} F={F}"
                f"{'' if q8 else ' fp32 experts'}"), moe_router_norm_case(qt, dq, T, X, k, E, F, q8)
+    # BW24_NORM_AHEAD: the 8B's wo -> gate/up (its configs), a Q6_K down -> Q/K/V at one warp a row, verify rows
+    # (bitwise against decode), the 16-token bucket on Q8_0
+    for qt, cqts, T, K, N, cfg in ((Q.Q4_K, (Q.Q4_K, Q.Q4_K), 1, 2048, 4096, (4, 4)),
+                                   (Q.Q6_K, (Q.Q4_K, Q.Q4_K, Q.Q6_K), 1, 3072, 1024, (1, 1)),
+                                   (Q.Q4_K, (Q.Q4_K, Q.Q4_K), 5, 2048, 4096, (4, 4)),
+                                   (Q.Q8_0, (Q.Q8_0, Q.Q8_0), 12, 1024, 2048, (2, 2))):
+        yield (f"norm ahead {qt.name} -> {'+'.join(c.name for c in cqts)} T={T} K={K} N={N} W,R={cfg}",
+               norm_ahead_case(qt, cqts, T, K, N, cfg))
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     yield "q8 round_x (gate emulation) T=3 K=544", round_case(3, 544, False)

@@ -199,12 +199,13 @@ __device__ __forceinline__ float group_dot(const GRaw<FMT>& r, const float x[32]
 
 // The end of a matvec block (qmatvec.cu's qmv and qmatvec_q8.cu's qmv8, one code for both so their
 // summation orders agree): each (row, token) partial reduced by a warp shuffle tree, then across the
-// W warps in shared memory in warp order; then bias, residual, softcap and the store.
+// W warps in shared memory in warp order; then bias, residual, softcap and the store. tid: the thread's index
+// among the W warps (threadIdx.x, or its place in one of qmv8_na's sub-blocks).
 template <int W, int R, int NT>
 __device__ __forceinline__ void reduce_store(const float (&acc)[R][NT], int T, int N, const float* __restrict__ bias,
                                              const float* residual, float* out, float softcap, int row0,
-                                             float* red) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+                                             float* red, const int tid) {
+    const int lane = tid & 31, warp = tid >> 5;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll

@@ -131,7 +131,7 @@ __device__ __forceinline__ void qmv_rows(const Planes& p, const float* __restric
         load_rows<FMT, R>(p, row0, N, g, K, raw);
         qmv_group<FMT, R, NT, NORM>(raw, x, K, T, g, acc, nrm);
     }
-    reduce_store<W, R, NT>(acc, T, N, bias, residual, out, softcap, row0, red);
+    reduce_store<W, R, NT>(acc, T, N, bias, residual, out, softcap, row0, red, threadIdx.x);
 }
 
 template <int FMT, int W, int R, int NT>

@@ -149,6 +149,12 @@ class Ops(ABC):
         """out = x @ W^T (+ bias) (+ residual).  W [N, K], x [T, K], bias [N], residual/out [T, N];
         residual may alias out (the fused residual add of an output projection)."""
 
+    def matmul_norm_ahead(self, w: Any, x: Any, *, out: Any, residual: Any, norm: Any, eps: float) -> None:
+        """matmul (out = x @ W^T + residual) whose out the next op normalizes, rmsnorm(out) * norm with this eps
+        (norm_matmul_multi / ffn_glu): a backend may have the matvec do its share of that norm (cuda
+        BW24_NORM_AHEAD); out is the same either way."""
+        self.matmul(w, x, out=out, residual=residual)
+
     def norm_matmul_multi(self, h: Any, norm: Any, eps: float, ws: Sequence[Any], *, x: Any, outs: Sequence[Any],
                           biases: Sequence[Any] | None = None) -> None:
         """x = rmsnorm(h) * norm, then matmul_multi(ws, x): a block's input norm and its Q/K/V or gate/up.

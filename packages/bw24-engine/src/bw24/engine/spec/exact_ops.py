@@ -75,6 +75,11 @@ class RowExactOps:
             self.base.matmul(w, x[t:t + 1], out=out[t:t + 1], bias=bias,
                              residual=None if residual is None else residual[t:t + 1])
 
+    def matmul_norm_ahead(self, w, x, *, out, residual, norm, eps):
+        # the plain matmul, row by row: a row's norm then runs as its own op (a backend's norm-ahead keys on the
+        # very rows it wrote, which the row-wise consumer's slices are not)
+        self.matmul(w, x, out=out, residual=residual)
+
     def matmul_multi(self, ws, x, *, outs, biases=None):
         for t in range(x.shape[0]):
             self.base.matmul_multi(ws, x[t:t + 1], outs=[o[t:t + 1] for o in outs], biases=biases)

@@ -318,6 +318,12 @@ class CudaOps(Ops):
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
     moe_norm_fuse = moe_router_norm_env == "1"
+    # A dense block's RMSNorm split between the residual matvec ahead of it and the q8 matvec behind it (qmv8_na
+    # writes the int8 codes of h * norm and each group's sum of squares, qmv8_3n scales by the norm factor:
+    # kernels/qmatvec_q8.cu, why there), no rmsnorm launch. Opt-in (BW24_NORM_AHEAD=1; perf rows "norm_ahead")
+    # until the H200 has timed it: the producers run at most 2 warps a row set (q8.na_warps).
+    norm_ahead_env = os.environ.get("BW24_NORM_AHEAD", "0")
+    norm_ahead = norm_ahead_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -445,7 +451,7 @@ class CudaOps(Ops):
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_dec_pipe", not self.attn_dec_pipe),
                                       ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
-                                      ("moe_router_norm", self.moe_norm_fuse),
+                                      ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -511,6 +517,9 @@ class CudaOps(Ops):
         if self.attn_dec_pipe_env not in ("0", "1"):
             raise ValueError(f"BW24_ATTN_DEC_PIPE={self.attn_dec_pipe_env!r}: use 1 (the default: the tensor-core "
                              "attention's tiles through two cp.async stages) or 0 (off)")
+        if self.norm_ahead_env not in ("0", "1"):
+            raise ValueError(f"BW24_NORM_AHEAD={self.norm_ahead_env!r}: use 1 (a dense block's RMSNorm inside the "
+                             "matvecs on either side of it) or 0 (off, the default)")
         if self.moe_router_norm_env not in ("0", "1"):
             raise ValueError(f"BW24_MOE_ROUTER_NORM={self.moe_router_norm_env!r}: use 1 (a MoE block's input RMSNorm "
                              "inside the router's launch) or 0 (off, the default)")
@@ -578,6 +587,7 @@ class CudaOps(Ops):
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decearly": (("BW24_PLANTED_DECEARLY", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
+                   "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_routerpf": (("BW24_PLANTED_ROUTERPF", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
@@ -838,6 +848,22 @@ class CudaOps(Ops):
             return
         self._gemm(w, x, out, bias, residual, softcap)
 
+    def matmul_norm_ahead(self, w: QWeight, x, *, out, residual, norm, eps: float):
+        """out = x W^T + residual, whose rmsnorm(out) * norm the next op takes (norm_matmul_multi / ffn_glu with
+        this norm and eps). With BW24_NORM_AHEAD, decode / verify rows on the q8 path run qmv8_na, which leaves
+        that norm's int8 rows and sums of squares for the consumer (q8.na_applies: where); the mark says so to
+        the very next op only. Otherwise matmul."""
+        from . import q8
+
+        T, K = x.shape
+        plan = q8.na_plan(self, w, x, out, residual, norm)
+        if plan is None:
+            self.matmul(w, x, out=out, residual=residual)
+            return
+        W, R, nt = plan
+        q8.matmul_na(self, w, x, out, W, R, nt, residual, norm)
+        self._q8_ready = ("norm_ahead", out.data.ptr, T, w.n, norm.data.ptr, float(eps))
+
     def _multi_plan(self, ws, K: int, gate_force: bool = True) -> tuple[bool, int, int]:
         """(q8, W, R) of a Q/K/V or gate/up launch: the first weight's config at the stacked shape, on the
         q8 path only when every weight's format has a q8 kernel (else all on the f32 path)."""
@@ -902,6 +928,12 @@ class CudaOps(Ops):
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)
         nb = [math.ceil(w.n / R) for w, _, _ in parts]
         nb[2] = nb[2] if len(ws) == 3 else 0
+        if (q8 and norm is not None
+                and self._q8_ready == ("norm_ahead", x.data.ptr, T, K, norm[0].data.ptr, float(norm[1]))):
+            from . import q8 as q8mod  # the norm's rows left by the matvec ahead (matmul_norm_ahead): qmv8_3n
+
+            q8mod.matmul_multi(self, parts, nb, x, W, R, nt, na_eps=float(norm[1]))
+            return
         fused_norm = norm is not None and self.norm_fuse and not q8 and K % 4 == 0 and norm[0].shape == (K,)
         if norm is not None and not fused_norm:
             x = normed()

@@ -180,12 +180,103 @@ def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> 
     ops._launch(ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>"), (math.ceil(w.n / R),), 32 * W, args)
 
 
-def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int) -> None:
-    """parts: three (weight, out, bias) (the third may be empty: nb[2] = 0), as CudaOps.matmul_multi builds."""
+def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na_eps: float | None = None) -> None:
+    """parts: three (weight, out, bias) (the third may be empty: nb[2] = 0), as CudaOps.matmul_multi builds.
+    na_eps: x is the residual stream h of a norm-ahead (matmul_na just wrote the norm's rows): qmv8_3n on them."""
     T, K = x.shape
-    xq, xs = quantize(ops, x)  # once for all the weights of this input
+    if na_eps is None:
+        xq, xs = quantize(ops, x)  # once for all the weights of this input
+    else:
+        xq, xs, ss = na_buffers(ops, T, K)
     fmts = ",".join(str(w.fmt) for w, _, _ in parts)
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
-    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_3<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
+    name = "qmv8_3" if na_eps is None else "qmv8_3n"
+    if na_eps is not None:
+        args += [ss, np.float32(na_eps)]
+    ops._launch(ops._k("qmatvec_q8.cu", f"{name}<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
+
+
+# ---- BW24_NORM_AHEAD: the RMSNorm after a residual matvec, split between it and its q8 consumer ------------
+NA_MAX_K = 32 * 32 * 8  # kernels/qmatvec_q8.cu NA_PMAX: a consumer lane sums at most 8 groups' shares
+NA_MAX_WARPS = 2  # a producer's warps a row set: at most the 16-token bucket's 2 rows (qmv8_na: W <= R)
+
+
+def butterfly_sum(v: np.ndarray) -> np.ndarray:
+    """common.cuh warp_sum over the last axis (32 lanes) in float32: what every lane holds."""
+    v = np.asarray(v, np.float32)
+    assert v.shape[-1] == 32
+    idx = np.arange(32)
+    for o in (16, 8, 4, 2, 1):
+        v = (v + v[..., idx ^ o]).astype(np.float32)
+    return v[..., 0]
+
+
+def na_ref(h: np.ndarray, nw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """qmv8_na's rows of h [T, N] before the norm weight nw [N]: (int8 codes [T, N], scales [T, G], half sums
+    [T, G, 2]) of h * nw (fp32 products, quantize_x_ref), and each group's sum of squares [T, G] as its butterfly
+    adds them. Bit-exact."""
+    h = np.asarray(h, np.float32)
+    T, N = h.shape
+    q, d, sums = quantize_x_ref((h * np.asarray(nw, np.float32)).astype(np.float32))
+    return q, d, sums, butterfly_sum((h * h).astype(np.float32).reshape(T, N // 32, 32))
+
+
+def na_scale_ref(yss: np.ndarray, K: int, eps: float) -> np.ndarray:
+    """qmv8_3n's norm factor per row of yss [T, G] in float64 from its lanes' fp32 sums (the kernel's rsqrtf
+    differs from it by a few ulp): lane l sums groups l, l + 32, ... in order, then the butterfly."""
+    yss = np.asarray(yss, np.float32)
+    T, G = yss.shape
+    lanes = np.zeros((T, 32), np.float32)
+    for g in range(G):
+        lanes[:, g % 32] = (lanes[:, g % 32] + yss[:, g]).astype(np.float32)
+    total = butterfly_sum(lanes).astype(np.float64)
+    return 1.0 / np.sqrt(total / K + eps)
+
+
+def na_buffers(ops, T: int, N: int):
+    """The norm-ahead's scratch for rows [T, N]: (yq int8 [T*N], ys int32 [T*G*2], yss fp32 [T*G]). Its own keys:
+    the producer reads its input's codes from the q8 scratch (quantize) while it writes these."""
+    G = N // 32
+    cap = max(T, QMV_NT[-1])
+    return (ops._buf("q8n_x", cap * N, np.int8)[: T * N], ops._buf("q8n_s", cap * G * 2, np.int32)[: T * G * 2],
+            ops._buf("q8n_ss", cap * G)[: T * G])
+
+
+def na_warps(W: int, R_decode: int) -> int:
+    """A producer's warps a row set, the same for every T (they set out's summation order, so verify rows equal
+    decode rows): at most the decode config's W, its R (a block of 32 rows then holds at most 32 warps) and
+    NA_MAX_WARPS (the 16-token bucket's R = 2)."""
+    return max(1, min(W, R_decode, NA_MAX_WARPS))
+
+
+def na_plan(ops, w, x, out, residual, nw) -> tuple[int, int, int] | None:
+    """(W, R, NT) of a qmv8_na launch for out = x W^T + residual with the norm weight nw behind it, or None where it
+    does not apply: BW24_NORM_AHEAD off (ops.norm_ahead), not decode / verify rows, not on the q8 path (the
+    producer's or, by feeds_q8, the consumer's), the gate's rounding alone (ops.emulating), N not in whole groups
+    or past NA_MAX_K, a norm weight not [N], R not dividing 32."""
+    T, K = x.shape
+    N = w.n
+    if not (getattr(ops, "norm_ahead", False) and T <= QMV_NT[-1] and not ops.emulating):
+        return None
+    if N % 32 or N > NA_MAX_K or tuple(nw.shape) != (N,) or not feeds_q8(ops, out):
+        return None
+    path, W, R = ops.qmv_configs.plan(w.qtype, N, K)
+    if path != "q8":
+        return None
+    Wn = na_warps(W, R)
+    nt, R = ops._verify_plan(path, T, R, (w,), K)
+    return (Wn, R, nt) if 32 % R == 0 and Wn <= R else None
+
+
+def matmul_na(ops, w, x, out, W: int, R: int, nt: int, residual, nw) -> None:
+    """qmv8_na: out = x W^T + residual in blocks of 32 rows ((32 / R) sub-blocks of W warps), each block then
+    writing its group's int8 codes of out * nw and sums of squares into na_buffers (na_plan's conditions)."""
+    T, K = x.shape
+    N = w.n
+    xq, xs = quantize(ops, x)
+    yq, ys, yss = na_buffers(ops, T, N)
+    args = (*w.args(), xq, xs, np.int32(K), np.int32(N), np.int32(T), NULL if residual is None else residual, out,
+            nw, yq, ys, yss)
+    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>"), (N // 32,), 32 // R * W * 32, args)

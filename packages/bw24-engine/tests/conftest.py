@@ -250,6 +250,22 @@ def env_switch_refuses(monkeypatch, attr, var, bads=("2", "on", "", "true")):
     monkeypatch.undo()
 
 
+def opt_in_switch(monkeypatch, flag, env_attr, var, label, planted, macro, file, other_file):
+    """An opt-in on / off variable var (CudaOps.<env_attr> read, CudaOps.<flag> set): off by default, bad values
+    refused by name, perf rows saying label when on and not when off; its planted canary's macro reaching its
+    kernel file alone."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    assert getattr(CudaOps, flag) is False and getattr(CudaOps, env_attr) == "0"
+    env_switch_refuses(monkeypatch, env_attr, var)
+    ops = CudaOps.__new__(CudaOps)
+    assert label not in CudaOps.opt_in(ops)
+    setattr(ops, flag, True)
+    assert label in CudaOps.opt_in(ops)
+    ops.pdl, ops.variant = True, planted
+    assert (macro, 1) in ops.kernel_defines(file) and (macro, 1) not in ops.kernel_defines(other_file)
+
+
 def env_refused_or_recorded(monkeypatch, attr, var, bads, good, default, label):
     """CudaOps.<attr> (the variable var): each bad value refused by a ValueError naming var and the value; good
     recorded in perf rows as label_<good>, the default not at all."""

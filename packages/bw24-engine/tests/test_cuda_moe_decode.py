@@ -864,14 +864,5 @@ def test_router_norm_case_reaches_the_fused_launch_under_kernel_checks_switches(
 def test_router_norm_is_opt_in_refused_or_recorded(monkeypatch, helpers):
     """BW24_MOE_ROUTER_NORM: off by default (CudaOps.moe_norm_fuse), 1 on with perf rows saying moe_router_norm,
     any other value a clear error naming the variable; the planted canary's macro reaches moe.cu alone."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    assert CudaOps.moe_norm_fuse is False and CudaOps.moe_router_norm_env == "0"
-    helpers.env_switch_refuses(monkeypatch, "moe_router_norm_env", "BW24_MOE_ROUTER_NORM")
-    ops = CudaOps.__new__(CudaOps)
-    assert "moe_router_norm" not in CudaOps.opt_in(ops)
-    ops.moe_norm_fuse = True
-    assert "moe_router_norm" in CudaOps.opt_in(ops)
-    ops.pdl, ops.variant = True, "planted_routernorm"
-    assert ("BW24_PLANTED_ROUTERNORM", 1) in ops.kernel_defines("moe.cu")
-    assert ("BW24_PLANTED_ROUTERNORM", 1) not in ops.kernel_defines("norm.cu")
+    helpers.opt_in_switch(monkeypatch, "moe_norm_fuse", "moe_router_norm_env", "BW24_MOE_ROUTER_NORM", "moe_router_norm",
+                          "planted_routernorm", "BW24_PLANTED_ROUTERNORM", "moe.cu", "norm.cu")

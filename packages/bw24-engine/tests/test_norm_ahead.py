@@ -192,14 +192,5 @@ def test_row_exact_ops_run_it_as_the_plain_matmul_row_by_row():
 def test_the_variable_is_opt_in_refused_or_recorded(monkeypatch, helpers):
     """BW24_NORM_AHEAD: off by default, 1 on with perf rows saying norm_ahead, any other value a clear error naming
     the variable; the planted canary's macro reaches qmatvec_q8.cu alone."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    assert CudaOps.norm_ahead is False and CudaOps.norm_ahead_env == "0"
-    helpers.env_switch_refuses(monkeypatch, "norm_ahead_env", "BW24_NORM_AHEAD")
-    ops = CudaOps.__new__(CudaOps)
-    assert "norm_ahead" not in CudaOps.opt_in(ops)
-    ops.norm_ahead = True
-    assert "norm_ahead" in CudaOps.opt_in(ops)
-    ops.pdl, ops.variant = True, "planted_na"
-    assert ("BW24_PLANTED_NA", 1) in ops.kernel_defines("qmatvec_q8.cu")
-    assert ("BW24_PLANTED_NA", 1) not in ops.kernel_defines("norm.cu")
+    helpers.opt_in_switch(monkeypatch, "norm_ahead", "norm_ahead_env", "BW24_NORM_AHEAD", "norm_ahead", "planted_na",
+                          "BW24_PLANTED_NA", "qmatvec_q8.cu", "norm.cu")

@@ -174,7 +174,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         if constexpr (NT == 1) {
             const float rs = na_scale(nsp, K, eps);
 #pragma unroll
-            for (int r = 0; r < R; ++r) acc[r][0] *= rs;
+            for (int r = 0; r < R; ++r) acc[r][0] = __fmul_rn(acc[r][0], rs);  // (rounded alone: no fma into the sums)
         } else {
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
@@ -182,7 +182,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
                     na_load(nss + t * G, G, nsp);
                     const float rs = na_scale(nsp, K, eps);
 #pragma unroll
-                    for (int r = 0; r < R; ++r) acc[r][t] *= rs;
+                    for (int r = 0; r < R; ++r) acc[r][t] = __fmul_rn(acc[r][t], rs);
                 }
             }
         }
@@ -275,11 +275,12 @@ qmv8_na(const void* __restrict__ pa, const void* __restrict__ pb, const void* __
     const int lane = threadIdx.x & 31, G = N >> 5, g = blockIdx.x, n = 32 * g + lane;
     for (int t = threadIdx.x >> 5; t < T; t += S * W) {
         const float h = out[(i64)t * N + n];
-        const float ss = warp_sum(h * h);
+        // __fmul_rn: h * h rounded before the butterfly's first add (no fma contracted into it), as q8.na_ref
+        const float ss = warp_sum(__fmul_rn(h, h));
 #ifdef BW24_PLANTED_NA
         const float v = h;  // kernel_check canary: the norm weight left out of the codes
 #else
-        const float v = h * nw[n];
+        const float v = __fmul_rn(h, nw[n]);
 #endif
         quant_group32(v, lane, yq + (i64)t * N + 32 * g, ys + (i64)t * G + g);
         if (lane == 0) yss[(i64)t * G + g] = ss;

@@ -17,7 +17,7 @@ import pytest
 from bw24.engine.kernel_check import FakeTensor, compare
 from bw24.engine.ops.cuda import moe as M
 from bw24.engine.ops.cuda.kernels import COMPILE_SET, KERNEL_DIR
-from bw24.engine.ops.cuda.q8 import dequantize_x_ref, moe_q8_ref, quantize_x_ref, unpack_xs
+from bw24.engine.ops.cuda.q8 import butterfly_sum, dequantize_x_ref, moe_q8_ref, quantize_x_ref, unpack_xs
 from bw24.engine.ops.cuda.repack import FMT, SUPPORTED, random_raw, reconstruct, repack
 from bw24.engine.ops.ref import RefOps
 from bw24.runtime import has_gpu, no_gpu_reason
@@ -160,9 +160,7 @@ class Emu:
                     for q in range(4):  # fmaf: one rounding of a * b + acc
                         acc = f32(np.float64(W[row, c + q]) * np.float64(xt[c + q]) + np.float64(acc))
                 lanes[j] = acc
-            for o in (16, 8, 4, 2, 1):
-                lanes = (lanes + lanes[np.arange(32) ^ o]).astype(f32)
-            rl.reshape(-1)[t * X + row] = lanes[0]
+            rl.reshape(-1)[t * X + row] = butterfly_sum(lanes)
 
     def _lane_sums(self, W, rows, x, K, L):
         """moe.cu Seg: per row, lane j's fp32 sum over groups j, j + L, ..., then the xor butterfly."""

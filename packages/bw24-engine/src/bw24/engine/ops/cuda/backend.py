@@ -59,6 +59,13 @@ def _deep(depth, keys) -> bool:
     return depth is not None and keys > depth.keys
 
 
+def _check_switch(var: str, value: str, on: str, default_on: bool) -> None:
+    """An on / off variable's value, 1 or 0; anything else a ValueError naming the variable, the value and both."""
+    if value not in ("0", "1"):
+        raise ValueError(f"{var}={value!r}: use 1 ({'the default: ' if default_on else ''}{on}) or 0 "
+                         f"(off{'' if default_on else ', the default'})")
+
+
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
@@ -514,18 +521,16 @@ class CudaOps(Ops):
                              f"row's attention runs on tensor cores) or all; unset: {_attn.DEC_MMA_KEYS} for models of "
                              f"{_attn.DEC_MMA_MIN_G} or more q heads a kv head, off for the others")
         self.attn_dec_mma = _attn.DEC_MMA_ALL if e == "all" else int(e)
-        if self.attn_dec_pipe_env not in ("0", "1"):
-            raise ValueError(f"BW24_ATTN_DEC_PIPE={self.attn_dec_pipe_env!r}: use 1 (the default: the tensor-core "
-                             "attention's tiles through two cp.async stages) or 0 (off)")
-        if self.norm_ahead_env not in ("0", "1"):
-            raise ValueError(f"BW24_NORM_AHEAD={self.norm_ahead_env!r}: use 1 (a dense block's RMSNorm inside the "
-                             "matvecs on either side of it) or 0 (off, the default)")
-        if self.moe_router_norm_env not in ("0", "1"):
-            raise ValueError(f"BW24_MOE_ROUTER_NORM={self.moe_router_norm_env!r}: use 1 (a MoE block's input RMSNorm "
-                             "inside the router's launch) or 0 (off, the default)")
-        if self.attn_dec_early_env not in ("0", "1"):
-            raise ValueError(f"BW24_ATTN_DEC_EARLY={self.attn_dec_early_env!r}: use 1 (the default: the tensor-core "
-                             "attention's first tiles of older cache rows before the PDL wait) or 0 (off)")
+        for var, value, on, default_on in (
+                ("BW24_ATTN_DEC_PIPE", self.attn_dec_pipe_env, "the tensor-core attention's tiles through two cp.async "
+                 "stages", True),
+                ("BW24_NORM_AHEAD", self.norm_ahead_env, "a dense block's RMSNorm inside the matvecs on either side of "
+                 "it", False),
+                ("BW24_MOE_ROUTER_NORM", self.moe_router_norm_env, "a MoE block's input RMSNorm inside the router's "
+                 "launch", False),
+                ("BW24_ATTN_DEC_EARLY", self.attn_dec_early_env, "the tensor-core attention's first tiles of older "
+                 "cache rows before the PDL wait", True)):
+            _check_switch(var, value, on, default_on)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
@@ -851,7 +856,7 @@ class CudaOps(Ops):
     def matmul_norm_ahead(self, w: QWeight, x, *, out, residual, norm, eps: float):
         """out = x W^T + residual, whose rmsnorm(out) * norm the next op takes (norm_matmul_multi / ffn_glu with
         this norm and eps). With BW24_NORM_AHEAD, decode / verify rows on the q8 path run qmv8_na, which leaves
-        that norm's int8 rows and sums of squares for the consumer (q8.na_applies: where); the mark says so to
+        that norm's int8 rows and sums of squares for the consumer (q8.na_plan: where); the mark says so to
         the very next op only. Otherwise matmul."""
         from . import q8
 

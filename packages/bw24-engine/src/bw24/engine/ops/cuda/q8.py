@@ -185,16 +185,15 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na_eps: float | Non
     na_eps: x is the residual stream h of a norm-ahead (matmul_na just wrote the norm's rows): qmv8_3n on them."""
     T, K = x.shape
     if na_eps is None:
-        xq, xs = quantize(ops, x)  # once for all the weights of this input
+        (xq, xs), name, tail = quantize(ops, x), "qmv8_3", []  # x quantized once for all the weights of this input
     else:
         xq, xs, ss = na_buffers(ops, T, K)
+        name, tail = "qmv8_3n", [ss, np.float32(na_eps)]
     fmts = ",".join(str(w.fmt) for w, _, _ in parts)
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
-    name = "qmv8_3" if na_eps is None else "qmv8_3n"
-    if na_eps is not None:
-        args += [ss, np.float32(na_eps)]
+    args += tail
     ops._launch(ops._k("qmatvec_q8.cu", f"{name}<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
 
 

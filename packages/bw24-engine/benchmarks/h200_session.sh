@@ -93,6 +93,36 @@ log=lambda s: None))" "$m")
     (hdr; timeout 560 python3 -m bw24.engine.cli bench --cells "$1" --reps 5 --vs-llama /tmp/ll/b/bin/llama-bench \
       --llama-block 5 --perf-file $P; echo "bench rc=$?") > $L 2>&1
     tail -n 25 $L | grep -v "^$" | cut -c1-200 | tail -20 ;;
+  ab)  # ab ROUNDS CELLS VARIANT...: bw24 alone (no llama.cpp arm), the variants in turn, ROUNDS times (A B A B: a
+    # drift of the machine shows as a trend across rounds, not as a difference); a VARIANT is - (the defaults) or
+    # VAR=VALUE[+VAR=VALUE...]; rows to $R/perf_ab.jsonl (evidence, never benchmarks/perf.jsonl: no llama.cpp arm),
+    # the log $R/perf_ab.log, and a table of each variant's median per cell
+    n=$1; cells=$2; shift 2; L=$R/perf_ab.log
+    (hdr; echo "# A/B bw24 alone (no llama.cpp): $n rounds of $* on $cells") >> $L
+    for i in $(seq 1 "$n"); do
+      for v in "$@"; do
+        echo "== $v round $i" >> $L
+        ( if [ "$v" != "-" ]; then for kv in ${v//+/ }; do export "$kv"; done; fi
+          timeout 240 python3 -m bw24.engine.cli bench --cells "$cells" --reps 5 --perf-file $R/perf_ab.jsonl
+          echo "bench rc=$?" ) >> $L 2>&1
+      done
+    done
+    python3 - "$L" <<'PY'
+import re, statistics, sys
+runs, v = {}, None
+for line in open(sys.argv[1]):
+    m = re.match(r"== (\S+) round", line)
+    if m:
+        v = m.group(1)
+    m = re.match(r"(\S+@d\d+)\s+([\d,.]+) tok/s", line)
+    if m and v:
+        runs.setdefault((m.group(1), v), []).append(float(m.group(2).replace(",", "")))
+for (cell, v), xs in sorted(runs.items()):
+    base = runs.get((cell, "-"))
+    rel = f"{statistics.median(xs) / statistics.median(base) - 1:+.1%}" if base and v != "-" else ""
+    print(f"{cell:<34} {v:<46} median {statistics.median(xs):9.1f}  {' '.join(f'{x:.1f}' for x in xs)}  {rel}")
+PY
+    ;;
   spec)
     extra=(); [ -x /tmp/ll/b/bin/llama-lookup ] && extra=(--vs-llama-spec /tmp/ll/b/bin)
     t=$(echo "$1" | tr ',' '_'); [[ " ${*:2} " == *"frspec "* ]] && t=${t}_frspec  # (its own log and rows)

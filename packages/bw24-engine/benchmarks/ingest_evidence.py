@@ -68,6 +68,8 @@ def target_name(rel: Path, sha: str) -> str | None:
         return f"profile_h200_{sha}{suffix}.txt"
     if stem.startswith("run_gen_"):
         return f"{stem}_cuda_h200_{sha}{suffix}.log"
+    if name in ("perf_ab.log", "perf_ab.jsonl"):  # the ab stage: bw24 alone, its rows evidence only
+        return f"perf_ab_h200_{sha}{suffix}.{ext}"
     if stem.startswith("perf_") and ext == "log":
         return f"perf_h200_{sha}{suffix or ''}.log"  # several perf stages of one folder are concatenated
     if stem.startswith("spec_") and ext == "log":

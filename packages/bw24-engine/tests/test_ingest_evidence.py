@@ -45,6 +45,9 @@ def _session(r: Path, perf_rows: list[dict]) -> None:
     (r / "nb").mkdir()
     (r / "nb" / "tune_qmatvec.log").write_text(hdr + "wrote table\n")
     (r / "nb" / "nvidia-h200-sm90.json").write_text('{"schema": 1}')
+    (r / "BW24_NORM_AHEAD_1").mkdir()
+    (r / "BW24_NORM_AHEAD_1" / "perf_ab.log").write_text(hdr + "== - round 1\n")  # the ab stage: bw24 alone
+    (r / "BW24_NORM_AHEAD_1" / "perf_ab.jsonl").write_text('{"ab": 1}\n')
     (r / "perf.jsonl").write_text("".join(json.dumps(x) + "\n" for x in perf_rows))
 
 
@@ -54,7 +57,8 @@ def test_logs_land_under_evidence_names_and_new_rows_append(ingest, tmp_path):
     _session(r, [{"row": 1}, {"row": 2}, {"row": 3}])
     assert mod.main([str(r), "abc1234"]) == 0
     assert sorted(str(p.relative_to(ev)) for p in ev.rglob("*") if p.is_file()) == [
-        "kernel_check_h200_abc1234.log", "perf_h200_abc1234.log", "perf_h200_abc1234_ubatch_2048.log",
+        "kernel_check_h200_abc1234.log", "perf_ab_h200_abc1234_norm_ahead.jsonl", "perf_ab_h200_abc1234_norm_ahead.log",
+        "perf_h200_abc1234.log", "perf_h200_abc1234_ubatch_2048.log",
         "profile_abc1234_pdl_0/profile_x.json", "profile_h200_abc1234_attn_mma.txt",
         "run_gen_smollm2-135m_cuda_h200_abc1234.log", "spec_bench_h200_abc1234_pair.jsonl",
         "spec_bench_h200_abc1234_pair.txt", "tuning_h200_abc1234_nvidia-h200-sm90.json",
@@ -65,7 +69,7 @@ def test_logs_land_under_evidence_names_and_new_rows_append(ingest, tmp_path):
     prof = (ev / "profile_h200_abc1234_attn_mma.txt").read_text().splitlines()
     assert prof[0].startswith("# device: NVIDIA H200; git: abc1234") and prof[1:] == ["## decode"]  # warnings gone
     assert (ev / "kernel_check_h200_abc1234.log").read_text().startswith("# device: NVIDIA H200, 580; date:")
-    assert perf.read_text().splitlines() == ['{"row": 1}', '{"row": 2}', '{"row": 3}']
+    assert perf.read_text().splitlines() == ['{"row": 1}', '{"row": 2}', '{"row": 3}']  # no ab row among them
 
 
 def test_a_host_file_that_is_not_the_committed_one_plus_rows_writes_nothing(ingest, tmp_path, capsys):

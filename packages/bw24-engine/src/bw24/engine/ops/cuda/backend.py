@@ -325,10 +325,10 @@ class CudaOps(Ops):
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
     moe_norm_fuse = moe_router_norm_env == "1"
-    # A dense block's RMSNorm split between the residual matvec ahead of it and the q8 matvec behind it (qmv8_na
-    # writes the int8 codes of h * norm and each group's sum of squares, qmv8_3n scales by the norm factor:
-    # kernels/qmatvec_q8.cu, why there), no rmsnorm launch. Opt-in (BW24_NORM_AHEAD=1; perf rows "norm_ahead")
-    # until the H200 has timed it: the producers run at most 2 warps a row set (q8.na_warps).
+    # A dense block's RMSNorm done by the residual matvec ahead of it (qmv8_na's last blocks write the int8 codes of
+    # h * norm and the norm factor, qmv8_3n scales by it: kernels/qmatvec_q8.cu, why there), no rmsnorm launch.
+    # Opt-in (BW24_NORM_AHEAD=1; perf rows "norm_ahead") until the H200 has timed it in this form (its first, with
+    # blocks of 32 rows, lost on the 8B: +107 us of producer time, f1380a4).
     norm_ahead_env = os.environ.get("BW24_NORM_AHEAD", "0")
     norm_ahead = norm_ahead_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
@@ -866,7 +866,7 @@ class CudaOps(Ops):
             self.matmul(w, x, out=out, residual=residual)
             return
         W, R, nt = plan
-        q8.matmul_na(self, w, x, out, W, R, nt, residual, norm)
+        q8.matmul_na(self, w, x, out, W, R, nt, residual, norm, eps)
         self._q8_ready = ("norm_ahead", out.data.ptr, T, w.n, norm.data.ptr, float(eps))
 
     def _multi_plan(self, ws, K: int, gate_force: bool = True) -> tuple[bool, int, int]:
@@ -937,7 +937,7 @@ class CudaOps(Ops):
                 and self._q8_ready == ("norm_ahead", x.data.ptr, T, K, norm[0].data.ptr, float(norm[1]))):
             from . import q8 as q8mod  # the norm's rows left by the matvec ahead (matmul_norm_ahead): qmv8_3n
 
-            q8mod.matmul_multi(self, parts, nb, x, W, R, nt, na_eps=float(norm[1]))
+            q8mod.matmul_multi(self, parts, nb, x, W, R, nt, na=True)
             return
         fused_norm = norm is not None and self.norm_fuse and not q8 and K % 4 == 0 and norm[0].shape == (K,)
         if norm is not None and not fused_norm:

@@ -471,6 +471,41 @@ def _attention_launches(T=1, H=32, Hkv=8, S=4200, **attrs) -> list[tuple]:
     return launches
 
 
+def test_the_short_class_is_the_steps_up_to_attn_short_keys_and_fuses_their_pass_2(monkeypatch):
+    """BW24_ATTN_SHORT=N: a step over at most N cache keys is the short class (its own graph, shallow to the depth
+    classes' geometry and to dec_mma_launches) whose attention runs the fused pass 2: attn_split alone, with the
+    tickets, no attn_combine; a step past N keys, or any step with BW24_ATTN_FUSE forcing the pass 2 either way,
+    is not; without depth classes the short class still is one. Outside a class: as set."""
+    from bw24.engine.ops.cuda import attn
+    from bw24.engine.ops.cuda.attn import AttnDepth
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    monkeypatch.setattr(attn, "_sm_count", lambda: 132)  # (no GPU here: the H200's SMs)
+    ops = CudaOps.__new__(CudaOps)
+    ops.attn_block_heads, ops.attn_min_blocks, ops.attn_class, ops.attn_depth = 4, 1, None, AttnDepth(1024, 2, 4)
+    ops.attn_short, ops.attn_fuse_env = 256, None
+    for keys, cls, fused, heads in ((1, "shallow", True, 2), (256, "shallow", True, 2), (257, "shallow", False, 2),
+                                    (1025, "deep", False, 4)):
+        with ops.attn_class_of(keys):
+            assert (ops.attn_class, ops.attn_short_fused, ops.attn_block_heads) == (cls, fused, heads), keys
+        assert (ops.attn_class, ops.attn_short_fused, ops.attn_block_heads) == (None, False, 4)
+    assert [ops._step_class(ops.attn_depth, k) for k in (1, 256, 257, 1025)] == ["short", "short", "shallow", "deep"]
+    for forced in ("0", "1"):
+        ops.attn_fuse_env = forced
+        assert ops._step_class(ops.attn_depth, 1) == "shallow"
+    ops.attn_fuse_env, ops.attn_depth = None, None
+    assert [ops._step_class(None, k) for k in (1, 257, 5000)] == ["short", None, None]
+    ops.attn_short = 0
+    assert ops._step_class(None, 1) is None and ops._step_class(AttnDepth(1024, 2, 4), 1) == "shallow"
+
+    def kernels(**attrs):
+        return [name for name, *_ in _attention_launches(S=320, **attrs)]
+
+    assert kernels(attn_short_fused=True) == ["attn_split"]
+    assert kernels(attn_short_fused=False) == ["attn_split", "attn_combine"]
+    assert kernels(attn_short_fused=True, attn_fuse=False) == ["attn_split", "attn_combine"]  # forced off wins
+
+
 def test_default_splits_fill_one_wave_of_the_default_grid(monkeypatch):
     """The split count's default (attn.default_max_splits over split_units): a grid of kv heads x their default
     head groups x splits holds 4 blocks on each of the H200's 132 SMs, one wave. Hand-counted per model (kv heads,
@@ -546,7 +581,7 @@ def test_capture_runs_each_depth_class_with_its_geometry_and_graph(monkeypatch):
     shallow, deep = (2, 1), (4, 4)
     assert ran == [shallow, shallow, deep, deep]  # each class: its eager call, then its capture's record
     assert log == ["capture", "replay", "replay", "capture", "replay", "replay", "replay"]
-    assert set(run.graph_states) == {False, True} and run.graph_state is run.graph_states[False]
+    assert set(run.graph_states) == {"shallow", "deep"} and run.graph_state is run.graph_states["shallow"]
     ops._scratch_gen += 1  # another class's eager call grew scratch: this class's graph is stale
     run()
     assert log[-2:] == ["capture", "replay"] and ran[-1] == deep
@@ -686,6 +721,7 @@ def test_decode_kernel_count_runs_in_the_depth_class_of_the_graph(monkeypatch):
     ops.attn_depth = None
     with ops.attn_class_of(5000):
         assert ops.attn_class is None  # no classes: one geometry
+    ops.attn_depth = AttnDepth(1024, 2, 4)
 
     ops.attn_depth, seen = AttnDepth(1024, 2, 4), []
     kv = SimpleNamespace(n_past=0)

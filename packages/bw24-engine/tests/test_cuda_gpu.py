@@ -218,13 +218,13 @@ def test_depth_classes_decode_the_plain_tokens_and_a_wrong_deep_build_is_caught(
         monkeypatch.setattr(CudaOps, "attn_depth_env", depth)
         gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
         gpu.ops.variant = variant
-        seen: set[bool] = set()
+        seen: set[str] = set()
         cls = gpu.ops._attn_class
 
-        def spy(d, deep):
+        def spy(d, c):
             if d is not None:
-                seen.add(deep)
-            return cls(d, deep)
+                seen.add(c)
+            return cls(d, c)
 
         gpu.ops._attn_class = spy
         toks = greedy_decode(gpu.model, ids, 48, ahead=4)
@@ -232,11 +232,49 @@ def test_depth_classes_decode_the_plain_tokens_and_a_wrong_deep_build_is_caught(
 
     plain, plain_logits, none = decode("")
     toks, logits, seen = decode("40:1:4")
-    assert none == set() and seen == {False, True}
+    assert none == set() and seen == {"shallow", "deep"}
     assert toks == plain
     np.testing.assert_array_equal(logits, plain_logits)
     _, bad_logits, _ = decode("40:1:4", "planted_minblocks")
     assert not np.array_equal(bad_logits, plain_logits)
+
+
+def test_the_short_class_decodes_the_unfused_bits_and_a_blind_pass_2_is_caught(tiny_model, monkeypatch):
+    """BW24_ATTN_SHORT=64 on the tiny model: its decode steps up to 64 keys are their own graph with the pass 2
+    inside attn_split (the short class, CudaOps._step_class), the deeper ones the shallow class's separate
+    attn_combine; against the same split rule with the fused pass 2 forced off everywhere (BW24_ATTN_FUSE=0), the
+    tokens and the last step's logits are equal bit for bit (a one-split row's output is the same arithmetic either
+    way; a difference in any short step would reach the later keys and values), and both classes ran. Canary: the
+    reference run with pass 2 blind to the one-split rows (planted_short) changes the logits."""
+    from bw24.engine import Engine
+    from bw24.engine.graph import greedy_decode
+    from bw24.engine.ops.cuda.backend import CudaOps
+
+    ids = [int(i) for i in np.random.default_rng(4).integers(5, 500, 20)]
+    monkeypatch.setattr(CudaOps, "attn_short_env", "64")
+
+    def decode(fuse: str | None, variant: str = ""):
+        monkeypatch.setattr(CudaOps, "attn_fuse_env", fuse)
+        gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
+        gpu.ops.variant = variant
+        seen: set[str] = set()
+        cls = gpu.ops._attn_class
+
+        def spy(d, c):
+            seen.add(c)
+            return cls(d, c)
+
+        gpu.ops._attn_class = spy
+        toks = greedy_decode(gpu.model, ids, 48, ahead=4)
+        return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), seen
+
+    ref, ref_logits, ref_seen = decode("0")
+    toks, logits, seen = decode(None)
+    assert "short" not in ref_seen and {"short", "shallow"} <= seen
+    assert toks == ref
+    np.testing.assert_array_equal(logits, ref_logits)
+    _, bad_logits, _ = decode("0", "planted_short")
+    assert not np.array_equal(bad_logits, ref_logits)
 
 
 def _synth(tmp_path_factory, name):

@@ -1,5 +1,5 @@
-"""CI (no GPU) for BW24_NORM_AHEAD (a dense block's RMSNorm done by the residual matvec ahead of it, qmv8_na, and
-read by its q8 consumer, qmv8_3n; kernels/qmatvec_q8.cu, ops/cuda/q8.py na_*): the arithmetic the split rests on (a
+"""CI (no GPU) for BW24_NORM_AHEAD (a dense block's RMSNorm split between the residual matvec ahead of it, qmv8_na,
+and its q8 consumer, qmv8_3n; kernels/qmatvec_q8.cu, ops/cuda/q8.py na_*): the arithmetic the split rests on (a
 group's int8 codes do not depend on the row's norm factor, up to fp32 rounding), its twins, the launch plan and
 its geometry, the forward's calls, the variable. The kernels run on the GPU in kernel-check's `norm ahead` cases
 (tests/test_cuda_gpu.py, with a planted canary)."""
@@ -71,10 +71,10 @@ def _arrays(dev, T: int, N: int, K: int = 2048):
 
 
 @pytest.mark.parametrize("W,R", [(4, 4), (1, 1), (2, 2), (2, 1), (4, 8), (1, 4)])
-def test_the_producer_keeps_qmv8s_warps_for_every_token_count(W, R, helpers):
-    """A row's bits depend on the warps a row set (and K): the producer takes the decode config's W at T = 1 and at
-    every verify bucket (so verify rows equal decode rows and out equals qmv8's out), and rows R_T that keep a block
-    inside one group of 32 (32 % R_T == 0)."""
+def test_the_producer_keeps_its_warps_for_every_token_count(W, R, helpers):
+    """A row's bits depend on the producer's warps a row set (and K), so that count must be the same at T = 1 and at
+    every verify bucket, or verify rows would differ from decode rows: na_warps(W, R) at every T; the rows R_T of
+    each T divide 32 and hold those warps (a block of 32 rows, at most 1024 threads)."""
     w = SimpleNamespace(n=4096, qtype="Q4_K")
     plans = []
     for T in range(1, QMV_NT[-1] + 1):
@@ -82,16 +82,16 @@ def test_the_producer_keeps_qmv8s_warps_for_every_token_count(W, R, helpers):
         plan = q8.na_plan(PlanOps(W, R), w, x, out, out, nw)
         assert plan is not None
         Wn, RT, nt = plan
-        assert 32 % RT == 0 and nt >= T and (RT == R if T == 1 else True)
+        assert 32 % RT == 0 and Wn <= RT and (32 // RT) * Wn * 32 <= 1024 and nt >= T
         plans.append(Wn)
-    assert set(plans) == {W}
+    assert set(plans) == {q8.na_warps(W, R)} and q8.na_warps(W, R) <= min(W, R, q8.NA_MAX_WARPS)
 
 
 def test_the_plan_refuses_where_it_does_not_apply(helpers):
     dev = helpers.HostDev
     w = SimpleNamespace(n=4096, qtype="Q4_K")
     x, out, nw = _arrays(dev, 1, 4096)
-    assert q8.na_plan(PlanOps(4, 4), w, x, out, out, nw) == (4, 4, 1)
+    assert q8.na_plan(PlanOps(4, 4), w, x, out, out, nw) == (2, 4, 1)
     assert q8.na_plan(PlanOps(4, 4, norm_ahead=False), w, x, out, out, nw) is None  # the switch
     assert q8.na_plan(PlanOps(4, 4, emulating=True), w, x, out, out, nw) is None  # the gate's rounding alone
     assert q8.na_plan(PlanOps(4, 4, path="f32"), w, x, out, out, nw) is None  # not the q8 path
@@ -104,43 +104,36 @@ def test_the_plan_refuses_where_it_does_not_apply(helpers):
     narrow = SimpleNamespace(n=512, qtype="Q4_K")  # its consumer would not be on the q8 path (feeds_q8)
     xn, on, nwn = _arrays(dev, 1, 512)
     assert q8.na_plan(PlanOps(4, 4), narrow, xn, on, on, nwn) is None
-    assert q8.na_plan(PlanOps(4, 3), w, x, out, out, nw) is None  # a block's rows across two groups
 
 
 def test_the_launches_match_the_kernels_signatures_and_geometry(helpers):
     HostDev, kernel_params = helpers.HostDev, helpers.kernel_params
-    """matmul_na: one qmv8_na launch of qmv8's geometry (N / R blocks of W warps), as many arguments as the kernel
-    declares, the norm's scratch apart from the q8 scratch it reads its input from, the tickets zeroed when
-    allocated; the consumer (matmul_multi with na) one qmv8_3n launch with the norm factors behind qmv8_3's
-    arguments."""
+    """matmul_na: one qmv8_na launch of N / 32 blocks of (32 / R) * W warps, as many arguments as the kernel
+    declares, the norm's scratch apart from the q8 scratch it reads its input from; the consumer (matmul_multi
+    with na_eps) one qmv8_3n launch with the sums of squares and eps behind qmv8_3's arguments."""
     launches, bufs = [], {}
-
-    zeroed = set()
 
     def buf(key, n, dtype=f32, **kw):
         bufs[key] = bufs.get(key) if key in bufs and bufs[key].size >= n else np.zeros(max(n, 1), dtype).view(HostDev)
-        if kw.get("zeroed"):
-            zeroed.add(key)
         return bufs[key][:n]
 
     ops = SimpleNamespace(_buf=buf, _q8_ready=None, _k=lambda f, n: (f, n),
                           _launch=lambda fn, grid, block, args, shared_mem=0: launches.append((fn, grid, block, args)))
     w = SimpleNamespace(n=4096, fmt=7, args=lambda: (1, 2, 3, 4))
     x, out, nw = _arrays(HostDev, 3, 4096)
-    q8.matmul_na(ops, w, x, out, 2, 4, 3, out, nw, 1e-6)
+    q8.matmul_na(ops, w, x, out, 2, 4, 3, out, nw)
     names = [fn[1] for fn, *_ in launches]
     assert names == ["quantize_x", "qmv8_na<7,2,4,3>"]
     (_, grid, block, args) = launches[1]
-    assert grid == (4096 // 4,) and block == 2 * 32
+    assert grid == (4096 // 32,) and block == 8 * 2 * 32
     assert len(args) == len(kernel_params("qmatvec_q8.cu", "qmv8_na"))
-    assert {"q8_x", "q8n_x", "q8n_s", "q8n_ss", "q8n_rs", "q8n_cnt"} <= set(bufs) and zeroed == {"q8n_cnt"}
-    assert bufs["q8n_cnt"].size > 4096 // 32  # a ticket a group and the last group's
+    assert {"q8_x", "q8n_x", "q8n_s", "q8n_ss"} <= set(bufs)
     launches.clear()
     part = (SimpleNamespace(n=256, fmt=7, args=lambda: (1, 2, 3, 4)), np.zeros((3, 256), f32), None)
-    q8.matmul_multi(ops, [part, part, part], [64, 64, 0], out, 2, 4, 3, na=True)
+    q8.matmul_multi(ops, [part, part, part], [64, 64, 0], out, 2, 4, 3, na_eps=1e-6)
     ((f, name), grid, block, args), = launches
     assert name == "qmv8_3n<7,7,7,2,4,3>" and grid == (128,) and block == 64
-    assert len(args) == len(kernel_params("qmatvec_q8.cu", "qmv8_3n")) == len(kernel_params("qmatvec_q8.cu", "qmv8_3")) + 1
+    assert len(args) == len(kernel_params("qmatvec_q8.cu", "qmv8_3n")) == len(kernel_params("qmatvec_q8.cu", "qmv8_3")) + 2
     assert args[0] is bufs["q8n_x"].base or np.shares_memory(args[0], bufs["q8n_x"])  # the norm's codes, not x's
 
 
@@ -250,8 +243,8 @@ class DispatchOps:
 
 def test_the_consumer_reads_what_the_producer_wrote_and_only_right_after(helpers):
     """matmul_norm_ahead then norm_matmul_multi with the same norm: quantize_x (the producer's own input), qmv8_na
-    with out and residual the residual stream h, nw the norm weight and the norm's eps, then qmv8_3n reading the
-    very codes, scales and norm factors qmv8_na wrote; no rmsnorm. Another norm weight, another eps, or
+    with out and residual the residual stream h and nw the norm weight, then qmv8_3n reading the very codes,
+    scales and sums of squares qmv8_na wrote, with the norm's eps; no rmsnorm. Another norm weight, another eps, or
     any launch in between: rmsnorm and qmv8_3 as before (the mark is for the very next op only)."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from gguf.constants import GGMLQuantizationType as Q
@@ -275,11 +268,11 @@ def test_the_consumer_reads_what_the_producer_wrote_and_only_right_after(helpers
     ops, names = run(nw, 1e-6)
     assert names == ["quantize_x", "qmv8_na", "qmv8_3n"]
     (_, prod), (_, cons) = ops.launches[1], ops.launches[2]
-    assert prod["out"] is h and prod["residual"] is h and prod["nw"] is nw and prod["eps"] == f32(1e-6)
-    for a, b in (("yq", "xq"), ("ys", "xs"), ("yrs", "nrs")):
+    assert prod["out"] is h and prod["residual"] is h and prod["nw"] is nw
+    for a, b in (("yq", "xq"), ("ys", "xs"), ("yss", "nss")):
         assert np.shares_memory(prod[a], cons[b]), (a, b)
     assert not np.shares_memory(prod["xq"], prod["yq"])  # its input's codes stay apart from the norm's
-    assert cons["out0"] is outs[0] and cons["out1"] is outs[1]
+    assert cons["eps"] == f32(1e-6) and cons["out0"] is outs[0] and cons["out1"] is outs[1]
     for norm, eps, between in ((other, 1e-6, None), (nw, 1e-5, None),
                                (nw, 1e-6, lambda o: o._launch(("qmatvec_q8.cu", "quantize_x"), (1,), 32,
                                                               (x, 1, K, x, x)))):

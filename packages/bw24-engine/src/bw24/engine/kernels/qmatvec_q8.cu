@@ -80,15 +80,20 @@ extern "C" __global__ void round_x_q8(const float* x, int T, int K, float* y) {
 template <int W>
 constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNROLL : W == 1 ? 2 : 1; }
 
-// The RMSNorm factor of a norm-ahead row (qmv8_na's last block): ss holds the row's G per-group sums of squares;
-// lane l sums groups l, l + 32, ... in order (zeros past G), then the xor butterfly gives every lane the same bits;
-// rsqrt(mean + eps) as rms_row.cuh. K <= 32 * 32 * NA_PMAX (ops/cuda/q8.py NA_MAX_K).
+// The RMSNorm factor of a norm-ahead row (qmv8_na, qmv8_3n): ss holds the row's G per-group sums of squares; lane l
+// sums groups l, l + 32, ... in order (zeros past G), then the xor butterfly gives every lane the same bits;
+// rsqrt(mean + eps) as rms_row.cuh. Loads and sum are apart so that a decode block issues the loads right after its
+// PDL wait and sums them at its end. K <= 32 * 32 * NA_PMAX (ops/cuda/q8.py NA_MAX_K).
 #define NA_PMAX 8
-__device__ __forceinline__ float na_scale(const float* __restrict__ ss, int G, int K, float eps) {
+__device__ __forceinline__ void na_load(const float* __restrict__ ss, int G, float (&p)[NA_PMAX]) {
     const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < NA_PMAX; ++u) p[u] = lane + 32 * u < G ? __ldcg(ss + lane + 32 * u) : 0.f;
+}
+__device__ __forceinline__ float na_scale(const float (&p)[NA_PMAX], int K, float eps) {
     float a = 0.f;
 #pragma unroll
-    for (int u = 0; u < NA_PMAX; ++u) a += lane + 32 * u < G ? __ldcg(ss + lane + 32 * u) : 0.f;
+    for (int u = 0; u < NA_PMAX; ++u) a += p[u];
     return rsqrtf(warp_sum(a) / (float)K + eps);
 }
 
@@ -103,14 +108,16 @@ __device__ __forceinline__ void qmv8_group1(const GRaw<FMT> (&raw)[R], const i8*
 }
 
 // NA (BW24_NORM_AHEAD, a consumer of qmv8_na's rows): x's codes are those of h * norm weight, and every partial
-// sum is scaled by the row's RMSNorm factor nrs[t] (written by the producer's last block) before the reduction.
-// tid: the thread's index among the block's W warps.
+// sum is scaled by the row's RMSNorm factor from the producer's per-group sums of squares (na_scale) before the
+// reduction; the factor's loads go out right after the PDL wait, their sum at the end. tid: the thread's index in
+// its group of W warps (qmv8_na's blocks hold several such groups).
 template <int FMT, int W, int R, int NT, bool NA = false>
 __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict__ xq, const int2* __restrict__ xs,
                                           int K, int N, int T, const float* __restrict__ bias,
                                           const float* residual, float* out, float softcap, int row0, float* red,
-                                          const int tid, const float* __restrict__ nrs = nullptr) {
+                                          const int tid, const float* __restrict__ nss = nullptr, float eps = 0.f) {
     const int G = K >> 5;
+    float nsp[NA ? NA_PMAX : 1];  // token 0's sums of squares (NA), loaded after the wait
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -129,9 +136,11 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         GRaw<FMT> first[R];
         if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
         PDL_WAIT();
+        if constexpr (NA) na_load(nss, G, nsp);
         if (tid < G_END) qmv8_group1<FMT, R>(first, xq, xs, K, tid, acc);
         const int g0 = tid + 32 * W;
 #else
+        if constexpr (NA) na_load(nss, G, nsp);
         const int g0 = tid;
 #endif
 #pragma unroll 2
@@ -162,12 +171,19 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         }
     }
     if constexpr (NA) {  // the row's RMSNorm factor on every partial (the same factor in every thread)
+        if constexpr (NT == 1) {
+            const float rs = na_scale(nsp, K, eps);
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (NT <= QMV8_NT_EXACT || t < T) {
-                const float rs = __ldcg(nrs + t);  // (L2: the producer's last block wrote it)
+            for (int r = 0; r < R; ++r) acc[r][0] = __fmul_rn(acc[r][0], rs);  // (rounded alone: no fma into the sums)
+        } else {
 #pragma unroll
-                for (int r = 0; r < R; ++r) acc[r][t] = __fmul_rn(acc[r][t], rs);  // (rounded alone: no fma into the sums)
+            for (int t = 0; t < NT; ++t) {
+                if (t < T) {
+                    na_load(nss + t * G, G, nsp);
+                    const float rs = na_scale(nsp, K, eps);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r][t] = __fmul_rn(acc[r][t], rs);
+                }
             }
         }
     }
@@ -186,24 +202,24 @@ qmv8(const void* __restrict__ pa, const void* __restrict__ pb, const void* __res
 }
 
 // Up to three weights [N0|N1|N2, K] of one quantized input (Q/K/V, gate/up); as qmv3 in qmatvec.cu.
-// qmv8_3n: the same, consuming a norm-ahead's rows (qmv8_na below): nrs the norm factor of each token's row.
+// qmv8_3n: the same, consuming a norm-ahead's rows (qmv8_na below): nss the producer's sums of squares, eps the norm's.
 template <int F0, int F1, int F2, int W, int R, int NT, bool NA>
 __device__ __forceinline__ void qmv8_3_rows(
     const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int nb0, int nb1,
     const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
     const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
     const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2,
-    const float* nrs, float* red) {
+    const float* nss, float eps, float* red) {
     const int b = blockIdx.x;
     if (b < nb0)
         qmv8_rows<F0, W, R, NT, NA>(Planes{a0, b0, c0, d0}, xq, xs, K, N0, T, bias0, nullptr, out0, 0.f, b * R, red,
-                                    threadIdx.x, nrs);
+                                    threadIdx.x, nss, eps);
     else if (b < nb0 + nb1)
         qmv8_rows<F1, W, R, NT, NA>(Planes{a1, b1, c1, d1}, xq, xs, K, N1, T, bias1, nullptr, out1, 0.f,
-                                    (b - nb0) * R, red, threadIdx.x, nrs);
+                                    (b - nb0) * R, red, threadIdx.x, nss, eps);
     else
         qmv8_rows<F2, W, R, NT, NA>(Planes{a2, b2, c2, d2}, xq, xs, K, N2, T, bias2, nullptr, out2, 0.f,
-                                    (b - nb0 - nb1) * R, red, threadIdx.x, nrs);
+                                    (b - nb0 - nb1) * R, red, threadIdx.x, nss, eps);
 }
 
 template <int F0, int F1, int F2, int W, int R, int NT>
@@ -215,7 +231,7 @@ qmv8_3(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int
     PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     qmv8_3_rows<F0, F1, F2, W, R, NT, false>(xq, xs, K, T, nb0, nb1, a0, b0, c0, d0, N0, bias0, out0, a1, b1, c1, d1,
-                                             N1, bias1, out1, a2, b2, c2, d2, N2, bias2, out2, nullptr, red);
+                                             N1, bias1, out1, a2, b2, c2, d2, N2, bias2, out2, nullptr, 0.f, red);
 }
 
 template <int F0, int F1, int F2, int W, int R, int NT>
@@ -224,49 +240,46 @@ qmv8_3n(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, in
         const void* a0, const void* b0, const void* c0, const void* d0, int N0, const float* bias0, float* out0,
         const void* a1, const void* b1, const void* c1, const void* d1, int N1, const float* bias1, float* out1,
         const void* a2, const void* b2, const void* c2, const void* d2, int N2, const float* bias2, float* out2,
-        const float* __restrict__ nrs) {
+        const float* __restrict__ nss, float eps) {
     PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
     __shared__ float red[W * R * NT];
     qmv8_3_rows<F0, F1, F2, W, R, NT, true>(xq, xs, K, T, nb0, nb1, a0, b0, c0, d0, N0, bias0, out0, a1, b1, c1, d1,
-                                            N1, bias1, out1, a2, b2, c2, d2, N2, bias2, out2, nrs, red);
+                                            N1, bias1, out1, a2, b2, c2, d2, N2, bias2, out2, nss, eps, red);
 }
 
 // BW24_NORM_AHEAD (ops/cuda/q8.py matmul_na): a residual matvec (an output or down projection, out = x W^T +
-// residual, the residual stream h) that also does the RMSNorm after it, so that the norm needs no launch of its
-// own. Why: under PDL each of the 8B's 73 rmsnorm_reg launches cost 2.65 us of its 2,024-us step
-// (benchmarks/gpu_knockout.py, dced59f), the norm's own work being a 16-KB row.
+// residual, the residual stream h) whose block owns 32 rows, one int8 group of the next norm's input, so that the
+// RMSNorm after it needs no launch of its own. Why: under PDL each of the 8B's 73 rmsnorm_reg launches cost 2.65 us
+// of its 2,024-us step (benchmarks/gpu_knockout.py, dced59f), the norm's own work being a 16-KB row.
 // The norm factor r = rsqrt(mean(h^2) + eps) is common to a row, and a group's int8 codes do not depend on it:
-// rint(r h w / (max|r h w| / 127)) = rint(h w / (max|h w| / 127)) but for fp32 rounding. So the codes of h * w and
-// their scale (quant_x.cuh) and each group's sum of squares of h go to yq / ys / yss, r of each token's row to
-// yrs, and its consumer (qmv8_3n) scales its partial sums by r. x itself (the normed row) is never written.
-// Mapping: qmv8's blocks (W warps, R rows: the same code, so out has qmv8's bits, and verify rows decode's). The
-// last block of a group of 32 rows to finish (a ticket in cnt[g]) writes that group for every token, lane j row
-// 32 g + j, its sum of squares the xor butterfly of the lanes' h^2; the last group to finish (cnt[G]) sums the
-// groups' shares into r (na_scale). Both tickets re-arm to 0 for the next launch. Why not a block of 32 rows (the
-// first try, 2a2a48b): 4x fewer, fatter blocks held the 8B's wo / down at half qmv8's warps in flight, +107 us of
-// producer time against the 201 us of rmsnorm saved (BW24_PDL=0 profile, f1380a4).
+// rint(r h w / (max|r h w| / 127)) = rint(h w / (max|h w| / 127)) but for fp32 rounding. So the block writes the
+// codes of h * w and their scale (quant_x.cuh) and each group's sum of squares of h (yss); its consumer (qmv8_3n)
+// sums the groups' shares into r (na_scale) and scales its partial sums by it. x itself (the normed row) is never
+// written. Mapping: 32 / R sub-blocks of W warps, each qmv8's block of R rows (the same code, so out's bits depend
+// on (W, K) as qmv8's do); then warp t of the block takes token t's group: lane j row 32 * blockIdx.x + j.
+// The sum of squares is the xor butterfly of the 32 lanes' h^2 (every lane the same bits).
+// Measured (H200, f1380a4, beside the defaults): the 0.6B +2.7% at d0, +4.5% at d4096; the 8B 0% / -1.6% (its
+// wo's 4 warps a row set become 2; the producers +107 us, the consumers' factor sums +74 us, the norms -201 us of
+// kernel time). Tried instead (00a5378): qmv8's own blocks, the last block of each group (a ticket) writing it and
+// the last group the factors: the 8B -6.6%, the 0.6B -12.4% (the serial tail of fences and tickets at every
+// producer's end costs more than a launch under PDL). Opt-in.
 template <int FMT, int W, int R, int NT>
-__global__ void __launch_bounds__(W * 32)
+__global__ void __launch_bounds__(32 / R * W * 32)
 qmv8_na(const void* __restrict__ pa, const void* __restrict__ pb, const void* __restrict__ pc,
         const void* __restrict__ pd, const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int N, int T,
-        const float* residual, float* out, const float* __restrict__ nw, float eps, i8* __restrict__ yq,
-        int2* __restrict__ ys, float* __restrict__ yss, float* __restrict__ yrs, unsigned* __restrict__ cnt) {
+        const float* residual, float* out, const float* __restrict__ nw, i8* __restrict__ yq,
+        int2* __restrict__ ys, float* __restrict__ yss) {
     PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
-    static_assert(32 % R == 0, "a block's rows inside one group of 32");
-    __shared__ float red[W * R * NT];
-    __shared__ bool last;
+    static_assert(32 % R == 0 && W <= R, "a block of 32 rows in sub-blocks of R rows, at most 1024 threads");
+    constexpr int S = 32 / R, BT = W * 32;
+    __shared__ float red[S * W * R * NT];
+    const int s = threadIdx.x / BT;
     qmv8_rows<FMT, W, R, NT>(Planes{pa, pb, pc, pd}, xq, xs, K, N, T, nullptr, residual, out, 0.f,
-                             blockIdx.x * R, red, threadIdx.x);
-    const int lane = threadIdx.x & 31, G = N >> 5, g = blockIdx.x * R >> 5;
-    __threadfence();  // this block's rows of out, visible to the group's last block
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(cnt + g, 1u) == 32 / R - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int n = 32 * g + lane;
-    for (int t = threadIdx.x >> 5; t < T; t += W) {
-        const float h = __ldcg(out + (i64)t * N + n);  // (L2: the group's other blocks wrote it)
+                             blockIdx.x * 32 + s * R, red + s * W * R * NT, threadIdx.x - s * BT);
+    __syncthreads();  // the block's 32 rows of out for every token are written (and visible to the block)
+    const int lane = threadIdx.x & 31, G = N >> 5, g = blockIdx.x, n = 32 * g + lane;
+    for (int t = threadIdx.x >> 5; t < T; t += S * W) {
+        const float h = out[(i64)t * N + n];
         // __fmul_rn: h * h rounded before the butterfly's first add (no fma contracted into it), as q8.na_ref
         const float ss = warp_sum(__fmul_rn(h, h));
 #ifdef BW24_PLANTED_NA
@@ -277,18 +290,4 @@ qmv8_na(const void* __restrict__ pa, const void* __restrict__ pb, const void* __
         quant_group32(v, lane, yq + (i64)t * N + 32 * g, ys + (i64)t * G + g);
         if (lane == 0) yss[(i64)t * G + g] = ss;
     }
-    __threadfence();  // the group's sums of squares, visible to the last group's block
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        cnt[g] = 0u;
-        last = atomicAdd(cnt + G, 1u) == (unsigned)G - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int t = threadIdx.x >> 5; t < T; t += W) {
-        const float rs = na_scale(yss + (i64)t * G, G, N, eps);
-        if (lane == 0) yrs[t] = rs;
-    }
-    if (threadIdx.x == 0) cnt[G] = 0u;
 }

@@ -293,6 +293,8 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
         raise UnsupportedModelError(f"cuda attention: head dims {D}/{Dv} with {G} q heads per kv head")
     tuning, override = getattr(cu.qmv_configs, "tuning", None), getattr(cu, "attn_override", None)
     forced = getattr(cu, "attn_fuse", None)  # BW24_ATTN_FUSE over the table; a workbench override over both
+    if forced is None and getattr(cu, "attn_short_fused", False):
+        forced = True  # the short class's step (CudaOps._step_class): every row one split, no attn_combine launch
     if forced is not None:
         override = {"fuse_combine": int(forced), **(override or {})}
     fused = fuse_combine(tuning, override)

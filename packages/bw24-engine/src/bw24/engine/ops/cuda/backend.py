@@ -253,8 +253,16 @@ class CudaOps(Ops):
     # 4.9 (6e0baa5, BW24_PDL=0 profiles). A row's split still depends on its position only (verify == decode
     # bit for bit); other bits than the split rule's for 33..N keys. BW24_ATTN_SHORT=N (a multiple of 32 up
     # to 1024; 0 off), perf rows "attn_short_N". Opt-in until measured.
+    # Its class (capture): a step over at most N cache keys is its own graph, whose attention runs pass 2 inside
+    # attn_split (attn.fuse_combine's path; every row there is one split writing its output, so no attn_combine
+    # launch at all). Why: alone, the one split saved no time (390f819: the empty combine's launch stayed); with
+    # BW24_ATTN_FUSE=1 as well the 8B's d0 gained 2.8% and the 0.6B's 2.4% (00a5378, bw24 alone, 3 rounds) but
+    # the fused pass 2 cost ~15% at depth 4096, where the rows have many splits: so the fused pass 2 in this
+    # class alone. A one-split row's output is the same arithmetic either way (attn_chunk.cuh merge_warps_store),
+    # so a row's bits do not depend on its step's class. BW24_ATTN_FUSE=0 / 1 still forces one choice everywhere.
     attn_short_env = os.environ.get("BW24_ATTN_SHORT", "0")
     attn_short = 0  # the value __init__ checked
+    attn_short_fused = False  # in the short class's step (_attn_class): attention with the fused pass 2
     # The most K an adaptive speculative run grows to (spec.runner, AdaptiveK's grow_to): K + 1 verify rows in the
     # 8-row matvec bucket (QMV_NT), K <= 7. A 9-row verify takes the 16-row bucket, whose launches cost 2.0-4.6x a
     # decode launch at the real pair's 1.5b's shapes against 1.7-3.0x for 8 rows (evidence/verify_sweep_h200_b6232b5
@@ -325,10 +333,11 @@ class CudaOps(Ops):
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
     moe_norm_fuse = moe_router_norm_env == "1"
-    # A dense block's RMSNorm done by the residual matvec ahead of it (qmv8_na's last blocks write the int8 codes of
-    # h * norm and the norm factor, qmv8_3n scales by it: kernels/qmatvec_q8.cu, why there), no rmsnorm launch.
-    # Opt-in (BW24_NORM_AHEAD=1; perf rows "norm_ahead") until the H200 has timed it in this form (its first, with
-    # blocks of 32 rows, lost on the 8B: +107 us of producer time, f1380a4).
+    # A dense block's RMSNorm split between the residual matvec ahead of it and the q8 matvec behind it (qmv8_na
+    # writes the int8 codes of h * norm and each group's sum of squares, qmv8_3n scales by the norm factor:
+    # kernels/qmatvec_q8.cu, why there), no rmsnorm launch. Opt-in (BW24_NORM_AHEAD=1; perf rows "norm_ahead"):
+    # on the H200 (f1380a4) the 0.6B gained 2.7-4.5%, the 8B nothing at d0 and lost 1.6% at d4096 (its producers
+    # run at most 2 warps a row set, q8.na_warps; a form with qmv8's blocks lost more, kernels/qmatvec_q8.cu).
     norm_ahead_env = os.environ.get("BW24_NORM_AHEAD", "0")
     norm_ahead = norm_ahead_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
@@ -704,17 +713,17 @@ class CudaOps(Ops):
         from bw24.runtime import CapturedGraph
 
         depth = self.attn_depth if keys is not None else None
-        states: dict[bool, dict] = {}
+        states: dict[str | None, dict] = {}
 
-        def state_of(deep: bool) -> dict:
-            return states.setdefault(deep, {"n": 0, "g": None, "gen": None, "eager": not self.use_graphs})
+        def state_of(cls: str | None) -> dict:
+            return states.setdefault(cls, {"n": 0, "g": None, "gen": None, "eager": not self.use_graphs})
 
         def run():
-            deep = depth is not None and _deep(depth, keys())  # (no keys: no classes)
-            state = state_of(deep)
+            cls = self._step_class(depth, keys()) if keys is not None else None  # (no keys: no classes)
+            state = state_of(cls)
             n = state["n"]
             state["n"] += 1
-            with self._attn_class(depth, deep):
+            with self._attn_class(depth, cls):
                 if n == 0:
                     self._host_synced = False
                     step()
@@ -731,7 +740,8 @@ class CudaOps(Ops):
                         state["gen"] = self._scratch_gen
                     state["g"].replay()
 
-        run.graph_state = state_of(False)  # the one state without depth classes (PrefillGraph reads its graph)
+        # the state without classes (PrefillGraph reads its graph), with depth classes the shallow one's
+        run.graph_state = state_of(None if depth is None else "shallow")
         run.graph_states = states
         return run
 
@@ -739,22 +749,36 @@ class CudaOps(Ops):
         """The depth class a captured step over `keys` cache keys runs in (capture's rule), as a context: what a
         launch count of an eager step must be taken inside to count the kernels the step's graph replays
         (perf/runner.py; outside a class, BW24_ATTN_DEC_MMA's default launches both attention kernels)."""
-        return self._attn_class(self.attn_depth, _deep(self.attn_depth, keys))
+        return self._attn_class(self.attn_depth, self._step_class(self.attn_depth, keys))
+
+    def _step_class(self, depth, keys: int) -> str | None:
+        """The class of a captured step over `keys` cache keys: "deep" past depth.keys (BW24_ATTN_DEPTH), else
+        "short" up to attn_short keys (BW24_ATTN_SHORT, unless BW24_ATTN_FUSE forces the pass 2 either way), else
+        "shallow"; None without classes (no depth classes and no short one)."""
+        if _deep(depth, keys):
+            return "deep"
+        if self.attn_short and self.attn_fuse_env is None and keys <= self.attn_short:
+            return "short"
+        return "shallow" if depth is not None else None
 
     @contextmanager
-    def _attn_class(self, depth, deep: bool):
-        """The attention geometry of one depth class (ops/cuda/attn.py AttnDepth) while a step runs or is
-        captured: shallow, depth.heads q heads a block; deep, depth.min_blocks blocks an SM. None: as set."""
-        if depth is None:
+    def _attn_class(self, depth, cls: str | None):
+        """The attention of one class while a step runs or is captured: with depth classes (ops/cuda/attn.py
+        AttnDepth) shallow and short, depth.heads q heads a block; deep, depth.min_blocks blocks an SM; short,
+        the fused pass 2 (attn_short_fused). None: as set."""
+        if cls is None:
             yield
             return
-        saved = self.attn_block_heads, self.attn_min_blocks, self.attn_class
-        self.attn_block_heads, self.attn_min_blocks = (saved[0], depth.min_blocks) if deep else (depth.heads, saved[1])
-        self.attn_class = "deep" if deep else "shallow"
+        saved = self.attn_block_heads, self.attn_min_blocks, self.attn_class, self.attn_short_fused
+        if depth is not None:
+            deep = cls == "deep"
+            self.attn_block_heads, self.attn_min_blocks = (saved[0], depth.min_blocks) if deep else (depth.heads, saved[1])
+            self.attn_class = "deep" if deep else "shallow"  # (the short class is shallow to dec_mma_launches)
+        self.attn_short_fused = cls == "short"
         try:
             yield
         finally:
-            self.attn_block_heads, self.attn_min_blocks, self.attn_class = saved
+            self.attn_block_heads, self.attn_min_blocks, self.attn_class, self.attn_short_fused = saved
 
     # ---- weights --------------------------------------------------------------------------------
     def load_weight(self, ti):
@@ -866,7 +890,7 @@ class CudaOps(Ops):
             self.matmul(w, x, out=out, residual=residual)
             return
         W, R, nt = plan
-        q8.matmul_na(self, w, x, out, W, R, nt, residual, norm, eps)
+        q8.matmul_na(self, w, x, out, W, R, nt, residual, norm)
         self._q8_ready = ("norm_ahead", out.data.ptr, T, w.n, norm.data.ptr, float(eps))
 
     def _multi_plan(self, ws, K: int, gate_force: bool = True) -> tuple[bool, int, int]:
@@ -937,7 +961,7 @@ class CudaOps(Ops):
                 and self._q8_ready == ("norm_ahead", x.data.ptr, T, K, norm[0].data.ptr, float(norm[1]))):
             from . import q8 as q8mod  # the norm's rows left by the matvec ahead (matmul_norm_ahead): qmv8_3n
 
-            q8mod.matmul_multi(self, parts, nb, x, W, R, nt, na=True)
+            q8mod.matmul_multi(self, parts, nb, x, W, R, nt, na_eps=float(norm[1]))
             return
         fused_norm = norm is not None and self.norm_fuse and not q8 and K % 4 == 0 and norm[0].shape == (K,)
         if norm is not None and not fused_norm:

@@ -180,15 +180,15 @@ def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> 
     ops._launch(ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>"), (math.ceil(w.n / R),), 32 * W, args)
 
 
-def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na: bool = False) -> None:
+def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na_eps: float | None = None) -> None:
     """parts: three (weight, out, bias) (the third may be empty: nb[2] = 0), as CudaOps.matmul_multi builds.
-    na: x is the residual stream h of a norm-ahead (matmul_na just wrote the norm's rows and factors): qmv8_3n on them."""
+    na_eps: x is the residual stream h of a norm-ahead (matmul_na just wrote the norm's rows): qmv8_3n on them."""
     T, K = x.shape
-    if not na:
+    if na_eps is None:
         (xq, xs), name, tail = quantize(ops, x), "qmv8_3", []  # x quantized once for all the weights of this input
     else:
-        xq, xs, _, rs, _ = na_buffers(ops, T, K)
-        name, tail = "qmv8_3n", [rs]
+        xq, xs, ss = na_buffers(ops, T, K)
+        name, tail = "qmv8_3n", [ss, np.float32(na_eps)]
     fmts = ",".join(str(w.fmt) for w, _, _ in parts)
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
     for i, (w, o, b) in enumerate(parts):
@@ -197,8 +197,9 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na: bool = False) -
     ops._launch(ops._k("qmatvec_q8.cu", f"{name}<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
 
 
-# ---- BW24_NORM_AHEAD: the RMSNorm after a residual matvec, done by it (its last blocks), read by its q8 consumer ----
-NA_MAX_K = 32 * 32 * 8  # kernels/qmatvec_q8.cu NA_PMAX: a lane of the last block sums at most 8 groups' shares
+# ---- BW24_NORM_AHEAD: the RMSNorm after a residual matvec, split between it and its q8 consumer ------------
+NA_MAX_K = 32 * 32 * 8  # kernels/qmatvec_q8.cu NA_PMAX: a consumer lane sums at most 8 groups' shares
+NA_MAX_WARPS = 2  # a producer's warps a row set: at most the 16-token bucket's 2 rows (qmv8_na: W <= R)
 
 
 def butterfly_sum(v: np.ndarray) -> np.ndarray:
@@ -222,7 +223,7 @@ def na_ref(h: np.ndarray, nw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def na_scale_ref(yss: np.ndarray, K: int, eps: float) -> np.ndarray:
-    """qmv8_na's norm factor per row of yss [T, G] in float64 from its lanes' fp32 sums (the kernel's rsqrtf
+    """qmv8_3n's norm factor per row of yss [T, G] in float64 from its lanes' fp32 sums (the kernel's rsqrtf
     differs from it by a few ulp): lane l sums groups l, l + 32, ... in order, then the butterfly."""
     yss = np.asarray(yss, np.float32)
     T, G = yss.shape
@@ -234,23 +235,26 @@ def na_scale_ref(yss: np.ndarray, K: int, eps: float) -> np.ndarray:
 
 
 def na_buffers(ops, T: int, N: int):
-    """The norm-ahead's scratch for rows [T, N]: (yq int8 [T*N], ys int32 [T*G*2], yss fp32 [T*G], yrs fp32 [T], the
-    tickets uint32 [G + 1]). Its own keys: the producer reads its input's codes from the q8 scratch (quantize) while
-    it writes these. The tickets start at 0 (zeroed) and every launch leaves them at 0 (qmv8_na re-arms them), so
-    one set serves every launch in stream order."""
+    """The norm-ahead's scratch for rows [T, N]: (yq int8 [T*N], ys int32 [T*G*2], yss fp32 [T*G]). Its own keys:
+    the producer reads its input's codes from the q8 scratch (quantize) while it writes these."""
     G = N // 32
     cap = max(T, QMV_NT[-1])
     return (ops._buf("q8n_x", cap * N, np.int8)[: T * N], ops._buf("q8n_s", cap * G * 2, np.int32)[: T * G * 2],
-            ops._buf("q8n_ss", cap * G)[: T * G], ops._buf("q8n_rs", cap)[:T],
-            ops._buf("q8n_cnt", NA_MAX_K // 32 + 1, np.uint32, zeroed=True))
+            ops._buf("q8n_ss", cap * G)[: T * G])
+
+
+def na_warps(W: int, R_decode: int) -> int:
+    """A producer's warps a row set, the same for every T (they set out's summation order, so verify rows equal
+    decode rows): at most the decode config's W, its R (a block of 32 rows then holds at most 32 warps) and
+    NA_MAX_WARPS (the 16-token bucket's R = 2)."""
+    return max(1, min(W, R_decode, NA_MAX_WARPS))
 
 
 def na_plan(ops, w, x, out, residual, nw) -> tuple[int, int, int] | None:
-    """(W, R, NT) of a qmv8_na launch for out = x W^T + residual with the norm weight nw behind it: qmv8's own
-    (the matvec plan, the verify plan: out keeps qmv8's bits, verify rows decode's), or None where it does not
-    apply: BW24_NORM_AHEAD off (ops.norm_ahead), not decode / verify rows, not on the q8 path (the producer's or, by
-    feeds_q8, the consumer's), the gate's rounding alone (ops.emulating), N not in whole groups or past NA_MAX_K,
-    a norm weight not [N], R not dividing 32 (a block's rows inside one group)."""
+    """(W, R, NT) of a qmv8_na launch for out = x W^T + residual with the norm weight nw behind it, or None where it
+    does not apply: BW24_NORM_AHEAD off (ops.norm_ahead), not decode / verify rows, not on the q8 path (the
+    producer's or, by feeds_q8, the consumer's), the gate's rounding alone (ops.emulating), N not in whole groups
+    or past NA_MAX_K, a norm weight not [N], R not dividing 32."""
     T, K = x.shape
     N = w.n
     if not (getattr(ops, "norm_ahead", False) and T <= QMV_NT[-1] and not ops.emulating):
@@ -260,18 +264,18 @@ def na_plan(ops, w, x, out, residual, nw) -> tuple[int, int, int] | None:
     path, W, R = ops.qmv_configs.plan(w.qtype, N, K)
     if path != "q8":
         return None
+    Wn = na_warps(W, R)
     nt, R = ops._verify_plan(path, T, R, (w,), K)
-    return (W, R, nt) if 32 % R == 0 else None
+    return (Wn, R, nt) if 32 % R == 0 and Wn <= R else None
 
 
-def matmul_na(ops, w, x, out, W: int, R: int, nt: int, residual, nw, eps: float) -> None:
-    """qmv8_na: out = x W^T + residual as qmv8 (N / R blocks of W warps), the last block of each group of 32 rows
-    then writing its int8 codes of out * nw and sums of squares, the last group the norm factors, into na_buffers
-    (na_plan's conditions)."""
+def matmul_na(ops, w, x, out, W: int, R: int, nt: int, residual, nw) -> None:
+    """qmv8_na: out = x W^T + residual in blocks of 32 rows ((32 / R) sub-blocks of W warps), each block then
+    writing its group's int8 codes of out * nw and sums of squares into na_buffers (na_plan's conditions)."""
     T, K = x.shape
     N = w.n
     xq, xs = quantize(ops, x)
-    yq, ys, yss, yrs, cnt = na_buffers(ops, T, N)
+    yq, ys, yss = na_buffers(ops, T, N)
     args = (*w.args(), xq, xs, np.int32(K), np.int32(N), np.int32(T), NULL if residual is None else residual, out,
-            nw, np.float32(eps), yq, ys, yss, yrs, cnt)
-    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>"), (N // R,), 32 * W, args)
+            nw, yq, ys, yss)
+    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>"), (N // 32,), 32 // R * W * 32, args)

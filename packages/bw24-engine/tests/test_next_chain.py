@@ -39,10 +39,18 @@ def stage_problems(st: str, words: list[str], labels: set[str], cell_ids: list[s
                 sub = []
             else:
                 sub.append(w)
-    elif words[0] == "perf":
-        for pat in words[1].split(","):
+    elif words[0] in ("perf", "ab"):  # perf CELLS / ab ROUNDS CELLS VARIANT...
+        cells = words[1] if words[0] == "perf" else (words[2] if len(words) > 2 else "")
+        for pat in cells.split(","):
             if sum(pat in c for c in cell_ids) != 1:
                 bad.append(f"{st}: {pat!r} does not name exactly one cell")
+        if words[0] == "ab":
+            if not words[1].isdigit() or len(words) < 5:
+                bad.append(f"{st}: ab takes ROUNDS CELLS and two or more variants")
+            for v in words[3:]:
+                for kv in ([] if v == "-" else v.split("+")):
+                    if "=" not in kv or kv.split("=")[0] not in env_names:
+                        bad.append(f"{st}: {kv.split('=')[0]!r} is read nowhere")
     return bad
 
 
@@ -73,3 +81,7 @@ def test_chain_check_catches_a_typo():
     got = chain_problems("par kc + kcc , perf qwen3-8b-q4_k_m-tg128@d0\npar kc + , kc\n", {"kc", "perf", "par"}, ids,
                          set())
     assert len(got) == 2 and "'kcc'" in got[0] and "empty" in got[1]
+    # ab: its cells, its round count, its variants' variables
+    got = chain_problems("ab 2 qwen3-8b-q4_k_m-tg128@d0 - BW24_PDL=0+BW24_NOPE=1\nab x tg128 -\n", {"ab"}, ids,
+                         {"BW24_PDL"})
+    assert len(got) == 3 and "BW24_NOPE" in got[0] and "'tg128'" in got[1] and "ROUNDS" in got[2]

@@ -202,37 +202,43 @@ def test_graph_replay_equals_eager_equals_cpu_over_256_steps(tiny_model):
     assert graph[:32] == greedy_decode(cpu.model, ids, 32)
 
 
+def _classed_decode(tiny_model, ids, variant: str = ""):
+    """greedy_decode of 48 tokens on the tiny model (a fresh CUDA engine, the class variables as patched), the
+    last step's logits, and the step classes CudaOps._attn_class ran (None: no class)."""
+    from bw24.engine import Engine
+    from bw24.engine.graph import greedy_decode
+
+    gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
+    gpu.ops.variant = variant
+    seen: set[str | None] = set()
+    cls = gpu.ops._attn_class
+
+    def spy(d, c):
+        seen.add(c)
+        return cls(d, c)
+
+    gpu.ops._attn_class = spy
+    toks = greedy_decode(gpu.model, ids, 48, ahead=4)
+    return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), seen
+
+
 def test_depth_classes_decode_the_plain_tokens_and_a_wrong_deep_build_is_caught(tiny_model, monkeypatch):
     """BW24_ATTN_DEPTH=40:1:4 on the tiny model (2 q heads a kv head): its steps up to 40 keys run the attention
     one q head a block, the deeper ones attn_split built for 4 blocks an SM, each class its own graph; the
     tokens and the last step's logits equal plain decode's bit for bit, and both classes ran. Canary: the
     planted min-blocks build (a split's last key dropped where ATTN_MIN_BLOCKS > 1) changes the logits, so the
     deep class really ran the bounded build."""
-    from bw24.engine import Engine
-    from bw24.engine.graph import greedy_decode
     from bw24.engine.ops.cuda.backend import CudaOps
 
     ids = [int(i) for i in np.random.default_rng(1).integers(5, 500, 20)]
 
     def decode(depth: str, variant: str = ""):
         monkeypatch.setattr(CudaOps, "attn_depth_env", depth)
-        gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
-        gpu.ops.variant = variant
-        seen: set[str] = set()
-        cls = gpu.ops._attn_class
-
-        def spy(d, c):
-            if d is not None:
-                seen.add(c)
-            return cls(d, c)
-
-        gpu.ops._attn_class = spy
-        toks = greedy_decode(gpu.model, ids, 48, ahead=4)
-        return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), seen
+        return _classed_decode(tiny_model, ids, variant)
 
     plain, plain_logits, none = decode("")
     toks, logits, seen = decode("40:1:4")
-    assert none == set() and seen == {"shallow", "deep"}
+    assert none == {None} and seen == {"shallow", "deep"}
     assert toks == plain
     np.testing.assert_array_equal(logits, plain_logits)
     _, bad_logits, _ = decode("40:1:4", "planted_minblocks")
@@ -246,8 +252,6 @@ def test_the_short_class_decodes_the_unfused_bits_and_a_blind_pass_2_is_caught(t
     tokens and the last step's logits are equal bit for bit (a one-split row's output is the same arithmetic either
     way; a difference in any short step would reach the later keys and values), and both classes ran. Canary: the
     reference run with pass 2 blind to the one-split rows (planted_short) changes the logits."""
-    from bw24.engine import Engine
-    from bw24.engine.graph import greedy_decode
     from bw24.engine.ops.cuda.backend import CudaOps
 
     ids = [int(i) for i in np.random.default_rng(4).integers(5, 500, 20)]
@@ -255,18 +259,7 @@ def test_the_short_class_decodes_the_unfused_bits_and_a_blind_pass_2_is_caught(t
 
     def decode(fuse: str | None, variant: str = ""):
         monkeypatch.setattr(CudaOps, "attn_fuse_env", fuse)
-        gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
-        gpu.ops.variant = variant
-        seen: set[str] = set()
-        cls = gpu.ops._attn_class
-
-        def spy(d, c):
-            seen.add(c)
-            return cls(d, c)
-
-        gpu.ops._attn_class = spy
-        toks = greedy_decode(gpu.model, ids, 48, ahead=4)
-        return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), seen
+        return _classed_decode(tiny_model, ids, variant)
 
     ref, ref_logits, ref_seen = decode("0")
     toks, logits, seen = decode(None)

@@ -113,3 +113,16 @@ def test_moe_activation_policy():
     ops.qmv_configs.force_path = None
     assert not q8_experts(ops, SimpleNamespace(fmt=1), SimpleNamespace(fmt=1), experts[2])  # F16: no int8 kernel
     assert not q8_experts(ops, experts[0], SimpleNamespace(fmt=8), experts[2])  # gate / up differ: the fallback
+
+
+def test_the_report_names_the_bound_and_the_largest_scratch(monkeypatch):
+    """memory.report: VRAM held against gguf + KV + 1 GiB, OK or EXCEEDED, and where scratch is given its total and
+    largest keys (so a run over the bound, as the 30B-A3B's long gate, says what holds the memory)."""
+    g = 2**30
+    p = memory.MemoryPlan(weights=10 * g, gguf_tensors=9 * g, kv=g, activations=g // 2, scratch=g // 4)
+    monkeypatch.setattr(memory, "used_bytes", lambda: 11 * g + g // 2)
+    line = memory.report(p, 10 * g, 0, {"a": g // 4, "b": g // 2, "c": 1 << 20, "d": 2 << 20, "e": 0})
+    assert line.startswith("VRAM used 11.500 GiB (weights 10.000 GiB, KV 1.000 GiB; scratch 0.753 GiB, largest "
+                           "b 0.500, a 0.250, d 0.002, c 0.001;") and line.endswith("= 11.000 GiB EXCEEDED)")
+    monkeypatch.setattr(memory, "used_bytes", lambda: 11 * g)
+    assert memory.report(p, 10 * g, 0).endswith("bound gguf+KV+1GiB = 11.000 GiB OK)")  # (no scratch: no list)

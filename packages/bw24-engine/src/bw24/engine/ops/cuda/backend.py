@@ -1152,7 +1152,8 @@ class CudaOps(Ops):
     def memory_report(self) -> str:
         from . import memory
 
-        return memory.report(getattr(self, "_mem_plan", None), self.weight_bytes, getattr(self, "_mem_baseline", 0))
+        return memory.report(getattr(self, "_mem_plan", None), self.weight_bytes, getattr(self, "_mem_baseline", 0),
+                             {k: int(a.nbytes) for k, a in self._scratch.items()})
 
 
 __all__ = ["ATTN_SHAPES", "CudaOps"]

@@ -104,13 +104,19 @@ def used_bytes() -> int:
     return int(cupy.get_default_memory_pool().used_bytes())
 
 
-def report(p: MemoryPlan | None, weight_bytes: int, baseline: int) -> str:
-    """One line for run-gen: VRAM held by this engine, and the issue's bound (gguf + KV + 1 GiB)."""
+def report(p: MemoryPlan | None, weight_bytes: int, baseline: int, scratch: dict[str, int] | None = None) -> str:
+    """One line for run-gen: VRAM held by this engine, and the issue's bound (gguf + KV + 1 GiB); with scratch
+    (CudaOps._scratch's bytes by key), what it holds and its largest keys, so a run over the bound says where."""
     g = 2**30
     used = used_bytes() - baseline
     s = f"VRAM used {used / g:.3f} GiB (weights {weight_bytes / g:.3f} GiB"
     if p is None:
         return s + ")"
     bound = p.gguf_tensors + p.kv + g
-    return (s + f", KV {p.kv / g:.3f} GiB; planned {p.total / g:.3f} GiB; bound gguf+KV+1GiB = {bound / g:.3f} GiB "
+    held = ""
+    if scratch:
+        top = sorted(scratch.items(), key=lambda kv: -kv[1])[:4]
+        held = (f"; scratch {sum(scratch.values()) / g:.3f} GiB, largest "
+                + ", ".join(f"{k} {n / g:.3f}" for k, n in top))
+    return (s + f", KV {p.kv / g:.3f} GiB{held}; planned {p.total / g:.3f} GiB; bound gguf+KV+1GiB = {bound / g:.3f} GiB "
             f"{'OK' if used <= bound else 'EXCEEDED'})")

@@ -483,17 +483,17 @@ def test_the_short_class_is_the_steps_up_to_attn_short_keys_and_fuses_their_pass
     monkeypatch.setattr(attn, "_sm_count", lambda: 132)  # (no GPU here: the H200's SMs)
     ops = CudaOps.__new__(CudaOps)
     ops.attn_block_heads, ops.attn_min_blocks, ops.attn_class, ops.attn_depth = 4, 1, None, AttnDepth(1024, 2, 4)
-    ops.attn_short, ops.attn_fuse_env = 256, None
+    ops.attn_short, ops.attn_fuse = 256, None
     for keys, cls, fused, heads in ((1, "shallow", True, 2), (256, "shallow", True, 2), (257, "shallow", False, 2),
                                     (1025, "deep", False, 4)):
         with ops.attn_class_of(keys):
             assert (ops.attn_class, ops.attn_short_fused, ops.attn_block_heads) == (cls, fused, heads), keys
         assert (ops.attn_class, ops.attn_short_fused, ops.attn_block_heads) == (None, False, 4)
     assert [ops._step_class(ops.attn_depth, k) for k in (1, 256, 257, 1025)] == ["short", "short", "shallow", "deep"]
-    for forced in ("0", "1"):
-        ops.attn_fuse_env = forced
+    for forced in (False, True):  # BW24_ATTN_FUSE=0 / 1
+        ops.attn_fuse = forced
         assert ops._step_class(ops.attn_depth, 1) == "shallow"
-    ops.attn_fuse_env, ops.attn_depth = None, None
+    ops.attn_fuse, ops.attn_depth = None, None
     assert [ops._step_class(None, k) for k in (1, 257, 5000)] == ["short", None, None]
     ops.attn_short = 0
     assert ops._step_class(None, 1) is None and ops._step_class(AttnDepth(1024, 2, 4), 1) == "shallow"

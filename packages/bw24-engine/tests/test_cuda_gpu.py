@@ -257,16 +257,16 @@ def test_the_short_class_decodes_the_unfused_bits_and_a_blind_pass_2_is_caught(t
     ids = [int(i) for i in np.random.default_rng(4).integers(5, 500, 20)]
     monkeypatch.setattr(CudaOps, "attn_short_env", "64")
 
-    def decode(fuse: str | None, variant: str = ""):
-        monkeypatch.setattr(CudaOps, "attn_fuse_env", fuse)
+    def decode(fuse: bool | None, variant: str = ""):  # BW24_ATTN_FUSE as CudaOps parsed it at import
+        monkeypatch.setattr(CudaOps, "attn_fuse", fuse)
         return _classed_decode(tiny_model, ids, variant)
 
-    ref, ref_logits, ref_seen = decode("0")
+    ref, ref_logits, ref_seen = decode(False)
     toks, logits, seen = decode(None)
     assert "short" not in ref_seen and {"short", "shallow"} <= seen
     assert toks == ref
     np.testing.assert_array_equal(logits, ref_logits)
-    _, bad_logits, _ = decode("0", "planted_short")
+    _, bad_logits, _ = decode(False, "planted_short")
     assert not np.array_equal(bad_logits, ref_logits)
 
 

@@ -757,7 +757,7 @@ class CudaOps(Ops):
         "shallow"; None without classes (no depth classes and no short one)."""
         if _deep(depth, keys):
             return "deep"
-        if self.attn_short and self.attn_fuse_env is None and keys <= self.attn_short:
+        if self.attn_short and self.attn_fuse is None and keys <= self.attn_short:
             return "short"
         return "shallow" if depth is not None else None
 

@@ -97,6 +97,7 @@ __device__ __forceinline__ void block_argmax(double& bv, int& bi, double* sv, in
 // ticket reduces the gridDim.x partials and writes the token (common.cuh last_arrival; the ticket is
 // re-armed for the next replay). The (value, lowest index) order is associative and commutative, so the token equals a
 // one-block scan's exactly; one block over 152k logits took 40-57 us on the H200, the grid ~4 us.
+// NaN logits are never chosen (better() compares false); a row of NaN alone gives token 0, as spec.cu's verify_argmax.
 extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V, int* counts, double rep,
                                          double freq, double presence, int* out, double* pv, int* pi,
                                          unsigned* ticket) {
@@ -119,6 +120,10 @@ extern "C" __global__ void argmax_sample(const float* __restrict__ logits, int V
     for (int j = threadIdx.x; j < (int)gridDim.x; j += blockDim.x) better(bv, bi, __ldcg(pv + j), __ldcg(pi + j));
     block_argmax(bv, bi, sv, si);
     if (threadIdx.x == 0) {
+        // all V logits NaN (a broken model, or kernel_check's planted canaries): token 0, as verify_argmax picks
+        // (spec.cu), never 0x7fffffff, which the next step's embedding row and counts[] would read and write
+        // far outside their arrays (at 30ecafb a NaN step killed the process: CUDA_ERROR_INVALID_ADDRESS_SPACE)
+        if (bi == 0x7fffffff) bi = 0;
         out[0] = bi;
         if (counts) counts[bi] += 1;
     }

@@ -94,12 +94,16 @@ def test_split_algorithm_matches_reference(T, p0, window, softcap, ns, short):
 
 
 def test_attn_short_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch):
-    """BW24_ATTN_SHORT: a multiple of 32 up to 1024 (0 off, the default), else an error naming the variable;
-    attention.cu alone gets the define, perf rows say attn_short_N; the build and its canary compile."""
+    """BW24_ATTN_SHORT: a multiple of 32 up to 1024 (256 the default, 0 off), else an error naming the variable;
+    attention.cu alone gets the define, perf rows say attn_short_N for another N and no_attn_short for 0; the build
+    and its canary compile."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
-    assert CudaOps.attn_short == 0
-    assert not any(o.startswith("attn_short") for o in CudaOps.__new__(CudaOps).opt_in())
+    assert CudaOps.attn_short == 256
+    assert not any("attn_short" in o for o in CudaOps.__new__(CudaOps).opt_in())
+    off = CudaOps.__new__(CudaOps)
+    off.attn_short = 0
+    assert "no_attn_short" in off.opt_in()
     for bad in ("48", "-32", "2048", "x"):
         monkeypatch.setattr(CudaOps, "attn_short_env", bad)
         with pytest.raises(ValueError, match=f"BW24_ATTN_SHORT='{bad}'"):
@@ -400,7 +404,9 @@ def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, def
         setattr(ops, env_attr, str(value))
     ops._k("attention.cu", "attn_split<128,128,4,32>")
     ops._k("qmatvec.cu", "qmv<7,1,4,1>")
-    assert seen == [("attention.cu", ((define, int(value)),)), ("qmatvec.cu", ())]
+    # (with the short class's define, the default's, beside any other)
+    want = {(define, int(value))} | ({("BW24_ATTN_SHORT", 256)} if attr != "attn_short" else set())
+    assert [(f, set(d)) for f, d in seen] == [("attention.cu", want), ("qmatvec.cu", set())]
     assert (label or attr) in ops.opt_in()
 
 
@@ -566,6 +572,7 @@ def test_capture_runs_each_depth_class_with_its_geometry_and_graph(monkeypatch):
     from bw24.engine.ops.cuda.attn import AttnDepth
 
     ops, log = _depth_ops(monkeypatch, AttnDepth(40, 2, 4))
+    ops.attn_short = 0  # (the depth classes alone: the short class's own test is below)
     keys = [39]
     ran: list[tuple[int, int]] = []
 
@@ -602,14 +609,16 @@ def test_a_planted_macro_goes_only_to_the_files_that_name_it():
 
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant = True, "planted_fill"
-    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FILL", 1), ("BW24_PDL", 1))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FILL", 1), ("BW24_PDL", 1),
+                                                  ("BW24_ATTN_SHORT", 256))  # (the short class's default)
     assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1),)
     ops.variant = "planted_bug"
     with_bug = {f for f in COMPILE_SET if ("BW24_PLANTED_BUG", 1) in ops.kernel_defines(f)}
     assert with_bug == {"attention_mma.cu", "attention_prefill.cu", "moe.cu", "moe_mm.cu", "prefill_gemm.cu",
                         "qmatvec.cu", "qmatvec_q8.cu"}
     ops.variant, ops.attn_fill, ops.attn_min_blocks = "", 2, 4
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_FILL", 2), ("ATTN_MIN_BLOCKS", 4))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256), ("BW24_ATTN_FILL", 2),
+                                                  ("ATTN_MIN_BLOCKS", 4))
     assert not any(names_macro(f, "BW24_PLANTED_NOWHERE") for f in COMPILE_SET)
 
 
@@ -635,8 +644,8 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     assert "attn_dec_mma_all" in CudaOps.opt_in(ops)
     ops.pdl, ops.variant = True, "planted_decmma"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1),
-                                                          ("BW24_DEC_MMA_PIPE", 1), ("BW24_DEC_MMA_EARLY", 1))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+                                                          ("BW24_DEC_MMA_PIPE", 1), ("BW24_DEC_MMA_EARLY", 1), ("BW24_ATTN_SHORT", 256))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
     # the gate names the float16 products it rounds by (CudaOps.rounded_paths)
     ops.qmv_configs = type("Q", (), {"f32_body": False})()
     ops.prefill_precision, ops.attn_dec_mma = "split", 0
@@ -822,8 +831,8 @@ def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone
     ops.attn_dec_pipe = True
     ops.pdl, ops.variant = True, ""
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
-                                                          ("BW24_DEC_MMA_EARLY", 1))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+                                                          ("BW24_DEC_MMA_EARLY", 1), ("BW24_ATTN_SHORT", 256))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
     ops.variant = "planted_decpipe"
     assert ("BW24_PLANTED_DECPIPE", 1) in ops.kernel_defines("attention_dec_mma.cu")
     assert ("BW24_PLANTED_DECPIPE", 1) not in ops.kernel_defines("attention.cu")
@@ -852,17 +861,18 @@ def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_
     ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
     assert "no_attn_dec_early" not in CudaOps.opt_in(ops)
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
-                                                          ("BW24_DEC_MMA_EARLY", 1))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1),)
+                                                          ("BW24_DEC_MMA_EARLY", 1), ("BW24_ATTN_SHORT", 256))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
     ops.attn_dec_early = False
     assert "no_attn_dec_early" in CudaOps.opt_in(ops)
-    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1))
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
+                                                          ("BW24_ATTN_SHORT", 256))
     ops.attn_dec_early, ops.variant = True, "planted_decearly"
     assert ("BW24_PLANTED_DECEARLY", 1) in ops.kernel_defines("attention_dec_mma.cu")
     assert ("BW24_PLANTED_DECEARLY", 1) not in ops.kernel_defines("attention.cu")
     ops.variant, ops.attn_dec_pipe = "", False
     assert "no_attn_dec_early" not in CudaOps.opt_in(ops)
-    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1),)
+    assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
 
 def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute

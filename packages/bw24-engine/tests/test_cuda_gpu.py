@@ -236,6 +236,7 @@ def test_depth_classes_decode_the_plain_tokens_and_a_wrong_deep_build_is_caught(
 
     def decode(depth: str, variant: str = ""):
         monkeypatch.setattr(CudaOps, "attn_depth_env", depth)
+        monkeypatch.setattr(CudaOps, "attn_short_env", "0")  # the depth classes alone (the short class: below)
         return _classed_decode(tiny_model, ids, variant)
 
     plain, plain_logits, none = decode("")

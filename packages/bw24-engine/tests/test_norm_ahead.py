@@ -189,11 +189,33 @@ def test_row_exact_ops_run_it_as_the_plain_matmul_row_by_row():
     np.testing.assert_allclose(h, want, rtol=1e-6)
 
 
-def test_the_variable_is_opt_in_refused_or_recorded(monkeypatch, helpers):
-    """BW24_NORM_AHEAD: off by default, 1 on with perf rows saying norm_ahead, any other value a clear error naming
-    the variable; the planted canary's macro reaches qmatvec_q8.cu alone."""
-    helpers.opt_in_switch(monkeypatch, "norm_ahead", "norm_ahead_env", "BW24_NORM_AHEAD", "norm_ahead", "planted_na",
-                          "BW24_PLANTED_NA", "qmatvec_q8.cu", "norm.cu")
+def test_the_variable_decides_else_the_models_size_refused_or_recorded(monkeypatch, helpers):
+    """BW24_NORM_AHEAD: unset, on for a dense model of at most NORM_AHEAD_MAX_EMBD hidden dims (the 0.6B's 1,024),
+    off for a larger one (the 8B's 4,096) and for a MoE model; 1 / 0 force it on / off whatever the size, with perf
+    rows saying norm_ahead / no_norm_ahead (unset: neither); any other value a clear error naming the variable;
+    the planted canary's macro reaches qmatvec_q8.cu alone."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda.backend import NORM_AHEAD_MAX_EMBD, CudaOps
+
+    assert CudaOps.norm_ahead is False and CudaOps.norm_ahead_env is None
+    helpers.env_switch_refuses(monkeypatch, "norm_ahead_env", "BW24_NORM_AHEAD")
+    small, large = (SimpleNamespace(is_moe=False, n_embd=n) for n in (NORM_AHEAD_MAX_EMBD, 4096))
+    moe = SimpleNamespace(is_moe=True, n_embd=NORM_AHEAD_MAX_EMBD)
+    ops = CudaOps.__new__(CudaOps)
+    for env, want, label in ((None, (True, False, False), None), ("1", (True, True, True), "norm_ahead"),
+                             ("0", (False, False, False), "no_norm_ahead")):
+        ops.norm_ahead_env = env
+        got = []
+        for cfg in (small, large, moe):
+            ops._norm_policy(cfg)
+            got.append(ops.norm_ahead)
+        assert tuple(got) == want, env
+        rows = [o for o in CudaOps.opt_in(ops) if "norm_ahead" in o]
+        assert rows == ([label] if label else []), env
+    ops.pdl, ops.variant = True, "planted_na"
+    assert ("BW24_PLANTED_NA", 1) in ops.kernel_defines("qmatvec_q8.cu")
+    assert ("BW24_PLANTED_NA", 1) not in ops.kernel_defines("norm.cu")
 
 
 class DispatchOps:

@@ -125,6 +125,10 @@ def run_cases(seed: int, variant: str = "", out=print, only: str | None = None) 
     # fused", "moe grouped"); the rest hold the fp32 experts, the router matvec + moe_route and the host-planned
     # prefill to the fp32 reference, whatever the backend's defaults (all three on since 2c3a1bc).
     cu.moe_q8 = cu.moe_router_fuse = cu.moe_grouped = False
+    # The decode attention's cases hold the ch-key split rule (their fill, min-blocks and combine canaries need rows
+    # of several splits), the "attn short" ones setting BW24_ATTN_SHORT themselves (attn_short_case), whatever the
+    # backend's default (256 since 30ecafb's run).
+    cu.attn_short = 0
     rng = np.random.default_rng(seed)
     results = []
     for name, fn in cases():

@@ -66,6 +66,9 @@ def _check_switch(var: str, value: str, on: str, default_on: bool) -> None:
                          f"(off{'' if default_on else ', the default'})")
 
 
+NORM_AHEAD_MAX_EMBD = 1024  # BW24_NORM_AHEAD unset: on up to this many hidden dims (CudaOps.norm_ahead_env, why)
+
+
 class CudaOps(Ops):
     name = "cuda"
     verify_tolerance = 1e-2
@@ -98,6 +101,14 @@ class CudaOps(Ops):
         its routing pinned to the exact decode's (engine/routing_pin.py)."""
         if cfg.is_moe and not (self.moe_q8_attn or self.moe_q8):
             self.use_int8_activations(False)
+
+    def _norm_policy(self, cfg) -> None:
+        """BW24_NORM_AHEAD in force: the variable where set, else on for a dense model of at most NORM_AHEAD_MAX_EMBD
+        hidden dims (the measurements at norm_ahead_env)."""
+        if self.norm_ahead_env is not None:
+            self.norm_ahead = self.norm_ahead_env == "1"
+        else:
+            self.norm_ahead = not cfg.is_moe and cfg.n_embd <= NORM_AHEAD_MAX_EMBD
 
     def _attention_policy(self, cfg) -> None:
         """The decode attention's tensor-core rows by the model's q heads a kv head when BW24_ATTN_DEC_MMA is unset
@@ -252,7 +263,7 @@ class CudaOps(Ops):
     # keys the 0.6B's attn_combine took 3.8 us a layer beside attn_split's 3.5, the 30B-A3B's 3.75 beside
     # 4.9 (6e0baa5, BW24_PDL=0 profiles). A row's split still depends on its position only (verify == decode
     # bit for bit); other bits than the split rule's for 33..N keys. BW24_ATTN_SHORT=N (a multiple of 32 up
-    # to 1024; 0 off), perf rows "attn_short_N". Opt-in until measured.
+    # to 1024; 0 off), perf rows "attn_short_N" for another N, "no_attn_short" for 0.
     # Its class (capture): a step over at most N cache keys is its own graph, whose attention runs pass 2 inside
     # attn_split (attn.fuse_combine's path; every row there is one split writing its output, so no attn_combine
     # launch at all). Why: alone, the one split saved no time (390f819: the empty combine's launch stayed); with
@@ -260,8 +271,12 @@ class CudaOps(Ops):
     # the fused pass 2 cost ~15% at depth 4096, where the rows have many splits: so the fused pass 2 in this
     # class alone. A one-split row's output is the same arithmetic either way (attn_chunk.cuh merge_warps_store),
     # so a row's bits do not depend on its step's class. BW24_ATTN_FUSE=0 / 1 still forces one choice everywhere.
-    attn_short_env = os.environ.get("BW24_ATTN_SHORT", "0")
-    attn_short = 0  # the value __init__ checked
+    # N = 256 the default since the H200 run at 30ecafb (evidence/perf_ab_h200_30ecafb*, perf_h200_30ecafb*): bw24
+    # alone, 3 rounds interleaved, d0 +1.9% (8B), +1.4% (0.6B), +3.9% (30B-A3B), +4.1% (smollm2), the 0.6B's d4096
+    # (deep steps, no short class) -0.6%; beside llama.cpp d0 +2.3% / +4.3% / +3.0% and the 32B's 143.9 either way;
+    # its gates MATCH (smollm2, the 0.6B past 1,024 keys, the 8B, the 30B-A3B), draft = target PASS.
+    attn_short_env = os.environ.get("BW24_ATTN_SHORT", "256")
+    attn_short = 256  # the value __init__ checked
     attn_short_fused = False  # in the short class's step (_attn_class): attention with the fused pass 2
     # The most K an adaptive speculative run grows to (spec.runner, AdaptiveK's grow_to): K + 1 verify rows in the
     # 8-row matvec bucket (QMV_NT), K <= 7. A 9-row verify takes the 16-row bucket, whose launches cost 2.0-4.6x a
@@ -335,11 +350,15 @@ class CudaOps(Ops):
     moe_norm_fuse = moe_router_norm_env == "1"
     # A dense block's RMSNorm split between the residual matvec ahead of it and the q8 matvec behind it (qmv8_na
     # writes the int8 codes of h * norm and each group's sum of squares, qmv8_3n scales by the norm factor:
-    # kernels/qmatvec_q8.cu, why there), no rmsnorm launch. Opt-in (BW24_NORM_AHEAD=1; perf rows "norm_ahead"):
-    # on the H200 (f1380a4) the 0.6B gained 2.7-4.5%, the 8B nothing at d0 and lost 1.6% at d4096 (its producers
-    # run at most 2 warps a row set, q8.na_warps; a form with qmv8's blocks lost more, kernels/qmatvec_q8.cu).
-    norm_ahead_env = os.environ.get("BW24_NORM_AHEAD", "0")
-    norm_ahead = norm_ahead_env == "1"
+    # kernels/qmatvec_q8.cu, why there), no rmsnorm launch. Unset: on for dense models of at most NORM_AHEAD_MAX_EMBD
+    # (1,024) hidden dims (prepare_model's _norm_policy); BW24_NORM_AHEAD=1 / 0 forces it on / off (perf rows
+    # "norm_ahead" / "no_norm_ahead"). Why by size, on the H200: the 0.6B (1,024) gained 2.7% / 4.5% at d0 / d4096
+    # (f1380a4, beside llama.cpp) and 3.6% / 4.9% over the short class alone (30ecafb, bw24 alone, 2 rounds
+    # interleaved); smollm2 (576; K < Q8_MIN_K, so no q8 producer) the same either way; the 8B (4,096) -0.1% /
+    # -1.6% and the 32B's d0 -11% (its producers run at most 2 warps a row set, q8.na_warps; a form with qmv8's
+    # blocks lost more, kernels/qmatvec_q8.cu). Unmeasured between 1,024 and 4,096: off there.
+    norm_ahead_env = os.environ.get("BW24_NORM_AHEAD")
+    norm_ahead = False  # in force: the variable, else _norm_policy by the model's size
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -455,7 +474,8 @@ class CudaOps(Ops):
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
                                       ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
-                                      (f"attn_short_{self.attn_short}", self.attn_short > 0),
+                                      (f"attn_short_{self.attn_short}", self.attn_short not in (0, 256)),
+                                      ("no_attn_short", self.attn_short == 0),
                                       (f"attn_block_heads_{self.attn_block_heads_env}",
                                        self.attn_split_heads and (self.attn_block_heads_env != "4" or not self.attn_few_kv)),
                                       (f"attn_fill_{self.attn_fill_env}", self.attn_fill_env != "1"),
@@ -467,7 +487,8 @@ class CudaOps(Ops):
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_dec_pipe", not self.attn_dec_pipe),
                                       ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
-                                      ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead),
+                                      ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
+                                      ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
                                       ("norm_fuse", self.norm_fuse), ("moe_q8_attn", self.moe_q8_attn),
@@ -510,7 +531,8 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_FUSE={self.attn_fuse_env!r}: use 1 or 0 (unset: the tuning table)")
         if not (self.attn_short_env.isdigit() and int(self.attn_short_env) % 32 == 0
                 and int(self.attn_short_env) <= 1024):
-            raise ValueError(f"BW24_ATTN_SHORT={self.attn_short_env!r}: a multiple of 32 up to 1024 (keys; 0 off)")
+            raise ValueError(f"BW24_ATTN_SHORT={self.attn_short_env!r}: a multiple of 32 up to 1024 (keys; 0 off; "
+                             f"unset: 256)")
         self.attn_short = int(self.attn_short_env)
         if self.attn_block_heads_env not in [str(n) for n in _attn.BLOCK_HEADS]:
             raise ValueError(f"BW24_ATTN_BLOCK_HEADS={self.attn_block_heads_env!r}: use one of "
@@ -533,13 +555,16 @@ class CudaOps(Ops):
         for var, value, on, default_on in (
                 ("BW24_ATTN_DEC_PIPE", self.attn_dec_pipe_env, "the tensor-core attention's tiles through two cp.async "
                  "stages", True),
-                ("BW24_NORM_AHEAD", self.norm_ahead_env, "a dense block's RMSNorm inside the matvecs on either side of "
-                 "it", False),
                 ("BW24_MOE_ROUTER_NORM", self.moe_router_norm_env, "a MoE block's input RMSNorm inside the router's "
                  "launch", False),
                 ("BW24_ATTN_DEC_EARLY", self.attn_dec_early_env, "the tensor-core attention's first tiles of older "
                  "cache rows before the PDL wait", True)):
             _check_switch(var, value, on, default_on)
+        if self.norm_ahead_env not in (None, "0", "1"):
+            raise ValueError(f"BW24_NORM_AHEAD={self.norm_ahead_env!r}: use 1 (a dense block's RMSNorm inside the matvecs "
+                             f"on either side of it) or 0 (off); unset: on for dense models of at most "
+                             f"{NORM_AHEAD_MAX_EMBD} hidden dims")
+        self.norm_ahead = self.norm_ahead_env == "1"  # (unset: prepare_model's _norm_policy decides by the model)
         self.attn_depth = _attn.depth_in_force(self.attn_depth_env, (self.attn_block_heads_env, self.attn_min_blocks_env,
                                                                       self.attn_fill_env) != ("4", "1", "1"))
         if self.moe_mm_kg_env not in ("1", "2", "4"):
@@ -1131,6 +1156,7 @@ class CudaOps(Ops):
 
         self._activation_policy(cfg)
         self._attention_policy(cfg)
+        self._norm_policy(cfg)
         self._mem_baseline = memory.used_bytes()
         self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),

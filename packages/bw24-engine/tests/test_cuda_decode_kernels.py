@@ -501,6 +501,12 @@ def test_the_short_class_is_the_steps_up_to_attn_short_keys_and_fuses_their_pass
         assert ops._step_class(ops.attn_depth, 1) == "shallow"
     ops.attn_fuse, ops.attn_depth = None, None
     assert [ops._step_class(None, k) for k in (1, 257, 5000)] == ["short", None, None]
+    # tensor-core rows from at most N keys (BW24_ATTN_DEC_MMA=64 or all): no short class (its fused pass 2 keeps every
+    # row on attn_split, a verify step past N would not); from past N keys (the 1,024 default) or off: the class
+    for mma, cls in ((64, None), (256, "short"), (attn.DEC_MMA_ALL, None), (1024, "short"), (0, "short")):
+        ops.attn_dec_mma = mma
+        assert ops._step_class(None, 100) == cls, mma
+    ops.attn_dec_mma = 0
     ops.attn_short = 0
     assert ops._step_class(None, 1) is None and ops._step_class(AttnDepth(1024, 2, 4), 1) == "shallow"
 

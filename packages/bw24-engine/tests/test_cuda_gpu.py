@@ -441,7 +441,9 @@ def test_seeded_sampling_on_gpu_reproduces_cpu_and_is_captured(tiny_model):
     got = [ev.token_id for ev in gpu.generate(ids, 48, **kw)]
     assert got == want
     assert len(set(got)) > 5  # really sampled, not a greedy loop
-    assert runs[0].graph_state["g"] is not None and not runs[0].graph_state["eager"]
+    # every class the steps ran in (the short one alone here, since 30ecafb's default) captured, none eager
+    ran = [st for st in runs[0].graph_states.values() if st["n"] > 1]
+    assert ran and all(st["g"] is not None and not st["eager"] for st in ran)
     other = [ev.token_id for ev in gpu.generate(ids, 48, **{**kw, "seed": 99})]
     assert other != got  # the seed matters (canary)
 

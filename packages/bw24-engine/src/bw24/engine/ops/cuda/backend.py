@@ -779,10 +779,16 @@ class CudaOps(Ops):
     def _step_class(self, depth, keys: int) -> str | None:
         """The class of a captured step over `keys` cache keys: "deep" past depth.keys (BW24_ATTN_DEPTH), else
         "short" up to attn_short keys (BW24_ATTN_SHORT, unless BW24_ATTN_FUSE forces the pass 2 either way), else
-        "shallow"; None without classes (no depth classes and no short one)."""
+        "shallow"; None without classes (no depth classes and no short one). No short class where the tensor-core
+        rows (BW24_ATTN_DEC_MMA) start at or below attn_short keys: its fused pass 2 keeps every row on attn_split
+        (attn.dec_mma_from), so a row past the mma threshold would take attn_split in a short decode step and the
+        mma kernel in a verify step just past the edge, other bits (the GPU spec test with BW24_ATTN_DEC_MMA=64
+        caught the mma kernel never running at ec63857). The defaults (1,024 keys or off) keep the class."""
         if _deep(depth, keys):
             return "deep"
-        if self.attn_short and self.attn_fuse is None and keys <= self.attn_short:
+        mma = self.attn_dec_mma
+        if (self.attn_short and self.attn_fuse is None and keys <= self.attn_short
+                and (mma == 0 or (mma != _attn.DEC_MMA_ALL and mma >= self.attn_short))):
             return "short"
         return "shallow" if depth is not None else None
 

@@ -353,7 +353,7 @@ class CudaOps(Ops):
     # kernels/qmatvec_q8.cu, why there), no rmsnorm launch. Unset: on for dense models of at most NORM_AHEAD_MAX_EMBD
     # (1,024) hidden dims (prepare_model's _norm_policy); BW24_NORM_AHEAD=1 / 0 forces it on / off (perf rows
     # "norm_ahead" / "no_norm_ahead"). Why by size, on the H200: the 0.6B (1,024) gained 2.7% / 4.5% at d0 / d4096
-    # (f1380a4, beside llama.cpp) and 3.6% / 4.9% over the short class alone (30ecafb, bw24 alone, 2 rounds
+    # (f1380a4, beside llama.cpp) and 3.6% / 5.1% over the short class alone (30ecafb, bw24 alone, 2 rounds
     # interleaved); smollm2 (576; K < Q8_MIN_K, so no q8 producer) the same either way; the 8B (4,096) -0.1% /
     # -1.6% and the 32B's d0 -11% (its producers run at most 2 warps a row set, q8.na_warps; a form with qmv8's
     # blocks lost more, kernels/qmatvec_q8.cu). Unmeasured between 1,024 and 4,096: off there.

@@ -277,7 +277,8 @@ def test_greedy_pick_of_nan_logits_stays_in_the_vocabulary():
     """argmax_sample skips NaN logits as verify_argmax does (spec.cu), and over a row of NaN alone picks token 0:
     at 30ecafb it wrote 0x7fffffff there, the next step's embedding read and counts[] write went far outside their
     arrays, and the process died (the short class's canary run, whose planted pass 2 makes NaN logits). The first
-    two picks would hold without the fix too; the third fails without it (0x7fffffff, or the process dies)."""
+    two picks would hold without the fix too; the third fails without it (0x7fffffff, or the process dies). A seeded
+    draw over NaN alone gives token 0 as well (sample_dist; written after the session's device minutes ran out)."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.sampling import SamplingParams
 
@@ -297,6 +298,11 @@ def test_greedy_pick_of_nan_logits_stays_in_the_vocabulary():
     assert picks[2] == 0
     c = cu.to_host(counts)
     assert c.sum() == 3 and c[0] == 1 and c[17] == 1
+    # a seeded draw over NaN alone (sample_dist keeps no token there): token 0 too, never outside the vocabulary
+    out = cu.zeros((1,), np.int32)
+    cu.sample(_to_dev(cu, np.full(V, np.nan, np.float32)), SamplingParams(temperature=0.8, top_p=0.9, seed=7),
+              _to_dev(cu, np.array([0], np.int32)), out=out)
+    assert int(cu.to_host(out)[0]) == 0
 
 
 def _to_dev(cu, a):

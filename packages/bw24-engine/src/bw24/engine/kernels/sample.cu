@@ -342,6 +342,10 @@ sample_dist(const float* __restrict__ logits, int V, int* counts, double rep, do
         n = compact(nullptr, V, LA, [&](int i) { return in_prefix(i) && (min_p <= 0.0 || w[i] / sk >= pmin); }, s);
         tok = select_first(key, nullptr, LA, LB, n, (double)n_kept, false, s);
     }
+    // NaN logits keep no token (their weights compare false everywhere): token 0 then, as argmax_sample, never an
+    // index outside the vocabulary for the next step's embedding read and counts[] write. Finite logits always keep
+    // the top token, so this never acts on them.
+    if (tok < 0 || tok >= V) tok = 0;
     if (threadIdx.x == 0) {
         out[0] = tok;
         if (counts) counts[tok] += 1;

@@ -289,8 +289,8 @@ def test_greedy_pick_of_nan_logits_stays_in_the_vocabulary():
     picks = []
     for row in (lg, np.where(np.arange(V) < 4000, np.nan, lg).astype(np.float32), np.full(V, np.nan, np.float32)):
         out = cu.zeros((1,), np.int32)
-        cu.sample(_to_dev(cu, row), SamplingParams(),
-                  _to_dev(cu, np.array([0], np.int32)), out=out, counts=counts)
+        cu.sample(cu._put(row), SamplingParams(),
+                  cu._put(np.array([0], np.int32)), out=out, counts=counts)
         picks.append(int(cu.to_host(out)[0]))
     finite = np.where(np.isnan(lg), -np.inf, lg)
     assert picks[0] == 17  # NaN at 4000 skipped
@@ -300,15 +300,9 @@ def test_greedy_pick_of_nan_logits_stays_in_the_vocabulary():
     assert c.sum() == 3 and c[0] == 1 and c[17] == 1
     # a seeded draw over NaN alone (sample_dist keeps no token there): token 0 too, never outside the vocabulary
     out = cu.zeros((1,), np.int32)
-    cu.sample(_to_dev(cu, np.full(V, np.nan, np.float32)), SamplingParams(temperature=0.8, top_p=0.9, seed=7),
-              _to_dev(cu, np.array([0], np.int32)), out=out)
+    cu.sample(cu._put(np.full(V, np.nan, np.float32)), SamplingParams(temperature=0.8, top_p=0.9, seed=7),
+              cu._put(np.array([0], np.int32)), out=out)
     assert int(cu.to_host(out)[0]) == 0
-
-
-def _to_dev(cu, a):
-    d = cu.empty(a.shape, a.dtype)
-    cu.copy_from_host(d, a)
-    return d
 
 
 def _synth(tmp_path_factory, name):

@@ -164,10 +164,12 @@ def test_cuda_attention_routes_long_chunks_to_prefill(monkeypatch):
     assert seen == [17]
 
 
-def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch, helpers):
+@pytest.mark.parametrize("tokens", [512, 7])
+def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch, helpers, tokens):
     """expert_ffn's host logic (busiest-first expert chunks, padded [ec, cm] row blocks, strided batches,
     scatter back to slot order) with NumPy in place of CuPy and exact products in place of the fp16
-    GEMM pieces: every slot must get its own expert's FFN, whatever the chunking."""
+    GEMM pieces: every slot must get its own expert's FFN, whatever the chunking. tokens=7: the 23 tokens in
+    EXPERT_TOKENS pieces of 7, 7, 7 and 2 (the scratch bound), each planned on its own tokens."""
     import contextlib
 
     from bw24.engine.ops.cuda import moe_prefill
@@ -205,13 +207,16 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch, helpers):
 
     chunks = []
     plan = moe_prefill.plan_chunks
-    monkeypatch.setattr(moe_prefill, "plan_chunks", lambda *a: chunks.append(plan(*a)) or chunks[-1])
     monkeypatch.setattr(moe_prefill, "_batched", batched)
     monkeypatch.setattr(moe_prefill, "_rows", rows)
     monkeypatch.setattr(moe_prefill, "to_half", lambda ops, a, split: (a.reshape(-1), None, np.ones(a.shape[0])))
     monkeypatch.setattr(moe_prefill, "epilogue", epi)
     monkeypatch.setattr(moe_prefill, "glu_epilogue", glu_epi)
     monkeypatch.setattr(moe_prefill, "MOE_SCRATCH", 2 * E * F * 2 * 2)  # 2 experts a chunk: unequal paddings
+    monkeypatch.setattr(moe_prefill, "EXPERT_TOKENS", tokens)
+    planned_T = []
+    monkeypatch.setattr(moe_prefill, "plan_chunks", lambda counts, T_, ec: planned_T.append(T_) or chunks.append(
+        plan(counts, T_, ec)) or chunks[-1])
     ref = RefOps()
     ops = SimpleNamespace(cp=np, to_host=np.copy, stream=contextlib.nullcontext(), prefill_precision="split",
                           _buf=lambda key, n, dtype=np.float32: np.full(n, np.nan, dtype).view(helpers.HostDev))
@@ -225,7 +230,11 @@ def test_moe_prefill_grouping_scatters_each_slot_back(monkeypatch, helpers):
         ref.glu(xt @ ge[e].T, xt @ ue[e].T, "silu", out=h)
         want[s] = (h @ de[e].T)[0]
     np.testing.assert_allclose(d, want, rtol=1e-4, atol=1e-4)  # fp32 order only; a wrong slot is O(1)
-    assert len(chunks[0]) == 3 and [len(c) for c in chunks[0]] == [2, 2, 2]  # all 6 experts used, 2 a chunk
+    if tokens >= T:
+        assert planned_T == [T]
+        assert len(chunks[0]) == 3 and [len(c) for c in chunks[0]] == [2, 2, 2]  # all 6 experts used, 2 a chunk
+    else:
+        assert planned_T == [7, 7, 7, 2]
 
 
 def test_moe_prefill_chunks_bound_experts_and_padded_rows(monkeypatch):

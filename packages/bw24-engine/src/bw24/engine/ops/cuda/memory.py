@@ -69,11 +69,12 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
     if c.is_moe:
         slots = m * c.n_expert_used
         scratch += 4 * (m * c.n_expert + 2 * slots + slots * (2 * c.n_ff_expert + c.n_embd))
-        # prefill (moe_prefill.py): <= 16 x (max_batch + 8) padded rows of x, its fp16 halves, GEMM
-        # result, gate, up, down output; its expert weight chunk grows the dense prefill's scratch
-        from .moe_prefill import MOE_SCRATCH, ROWS_PER_TOKEN
+        # prefill (moe_prefill.py expert_ffn): <= 16 x (tokens + 8) padded rows of x, its fp16 halves, GEMM
+        # result, gate, up, down output, its tokens at most EXPERT_TOKENS at a time; its expert weight chunk grows
+        # the dense prefill's scratch
+        from .moe_prefill import EXPERT_TOKENS, MOE_SCRATCH, ROWS_PER_TOKEN
 
-        scratch += 4 * ROWS_PER_TOKEN * (m + 8) * (4 * c.n_embd + 4 * c.n_ff_expert)
+        scratch += 4 * ROWS_PER_TOKEN * (min(m, EXPERT_TOKENS) + 8) * (4 * c.n_embd + 4 * c.n_ff_expert)
         scratch += max(0, MOE_SCRATCH - prefill_scratch)
     scratch += 32 * c.n_vocab  # sampling: l, w, key, two lists
     # rope tables (norm.rope_table): (cos, sin) float32 per (position, pair); two for gemma3's two bases

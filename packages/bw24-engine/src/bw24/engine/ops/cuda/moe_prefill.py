@@ -30,6 +30,11 @@ from .prefill import epilogue, glu_epilogue, is_split, products, to_half
 
 MOE_SCRATCH = 256 << 20  # bytes of dequantized fp16 expert weights (hi, and lo when split) per chunk
 ROWS_PER_TOKEN = 16  # padded activation rows per chunk <= this x (T + 8) (memory.plan counts 16 x max_batch)
+# expert_ffn takes a prefill chunk's tokens this many at a time, so that its gathered rows (moe_xs, moe_y, moe_ds,
+# their fp16 halves: 16 x (T + 8) rows each) stay a 512-token chunk's whatever the chunk: at the 30B-A3B's
+# ~2,040-token long gate they held 1.6 GiB (evidence/run_gen_qwen3-30b-a3b-*_30ecafb_gate_repeat_90.log). Each piece
+# dequantizes its own used experts again: the gate's exact half alone runs this path, untimed.
+EXPERT_TOKENS = 512
 
 
 def experts_per_chunk(E: int, F: int, split: bool) -> int:
@@ -148,12 +153,21 @@ def grouped_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d)
 
 
 def expert_ffn(ops, x, sel, gate_exps, up_exps, down_exps, k: int, act: str, d) -> None:
-    """d[slot] = down_e(act(gate_e x_t) * up_e x_t) for slot = t*k + j, e = sel[slot]."""
+    """d[slot] = down_e(act(gate_e x_t) * up_e x_t) for slot = t*k + j, e = sel[slot]; the tokens EXPERT_TOKENS at a
+    time (its scratch bound)."""
+    T = x.shape[0]
+    sel_h = ops.to_host(sel).reshape(-1).astype(np.int64)  # [S]: the only host sync of the layer
+    for t0 in range(0, T, EXPERT_TOKENS):
+        t1 = min(T, t0 + EXPERT_TOKENS)
+        _expert_ffn(ops, x[t0:t1], sel_h[t0 * k:t1 * k], gate_exps, up_exps, down_exps, k, act, d[t0 * k:t1 * k])
+
+
+def _expert_ffn(ops, x, sel_h, gate_exps, up_exps, down_exps, k: int, act: str, d) -> None:
+    """expert_ffn of x [T, E] (T <= EXPERT_TOKENS), its routing sel_h [T * k] on the host, into d [T * k, E]."""
     cp = ops.cp
     T, E = x.shape
     X, F = gate_exps.shape[0], gate_exps.shape[1]
     split = is_split(ops, q8=False)  # expert decode (ops/cuda/moe.py) keeps fp32 activations
-    sel_h = ops.to_host(sel).reshape(-1).astype(np.int64)  # [S]: the only host sync of the layer
     counts = np.bincount(sel_h, minlength=X)
     maps = chunk_maps(sel_h, counts, plan_chunks(counts, T, experts_per_chunk(E, F, split)), k)
     # every chunk's experts, gather map (token or -1) and scatter map (slot or -1): one upload per layer

@@ -277,17 +277,20 @@ def test_greedy_pick_of_nan_logits_stays_in_the_vocabulary():
     """argmax_sample skips NaN logits as verify_argmax does (spec.cu), and over a row of NaN alone picks token 0:
     at 30ecafb it wrote 0x7fffffff there, the next step's embedding read and counts[] write went far outside their
     arrays, and the process died (the short class's canary run, whose planted pass 2 makes NaN logits). The first
-    two picks would hold without the fix too; the third fails without it (0x7fffffff, or the process dies). A seeded
-    draw over NaN alone gives token 0 as well (sample_dist; written after the session's device minutes ran out)."""
+    two picks would hold without the fix too; the third fails without it (0x7fffffff, or the process dies).
+    Seeded draws (sample_dist) weigh a NaN logit as -inf: over the partly-NaN rows they equal the reference's draws
+    over the rows with -inf there, and over NaN alone they give token 0. At 24e748e the kernel left NaN weights in
+    its sums and the all-NaN draw gave token 5002 (this test's first H200 run)."""
     from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.sampling import SamplingParams
+    from bw24.engine.sampling import SamplingParams, sample
 
     cu, V = CudaOps(), 5003
     lg = np.random.default_rng(3).standard_normal(V).astype(np.float32)
     lg[17], lg[4000] = 9.0, np.nan
     counts = cu.zeros((V,), np.int32)
     picks = []
-    for row in (lg, np.where(np.arange(V) < 4000, np.nan, lg).astype(np.float32), np.full(V, np.nan, np.float32)):
+    rows = (lg, np.where(np.arange(V) < 4000, np.nan, lg).astype(np.float32), np.full(V, np.nan, np.float32))
+    for row in rows:
         out = cu.zeros((1,), np.int32)
         cu.sample(cu._put(row), SamplingParams(),
                   cu._put(np.array([0], np.int32)), out=out, counts=counts)
@@ -298,10 +301,17 @@ def test_greedy_pick_of_nan_logits_stays_in_the_vocabulary():
     assert picks[2] == 0
     c = cu.to_host(counts)
     assert c.sum() == 3 and c[0] == 1 and c[17] == 1
-    # a seeded draw over NaN alone (sample_dist keeps no token there): token 0 too, never outside the vocabulary
+    p = SamplingParams(temperature=1.5, top_p=0.95, seed=7)
+    for row in rows[:2]:
+        got, want = [], []
+        for pos in range(12):
+            out = cu.zeros((1,), np.int32)
+            cu.sample(cu._put(row), p, cu._put(np.array([pos], np.int32)), out=out)
+            got.append(int(cu.to_host(out)[0]))
+            want.append(sample(np.where(np.isnan(row), -np.inf, row).astype(np.float32), p, pos))
+        assert got == want and not np.isnan(row[got]).any()
     out = cu.zeros((1,), np.int32)
-    cu.sample(cu._put(np.full(V, np.nan, np.float32)), SamplingParams(temperature=0.8, top_p=0.9, seed=7),
-              cu._put(np.array([0], np.int32)), out=out)
+    cu.sample(cu._put(rows[2]), p, cu._put(np.array([0], np.int32)), out=out)
     assert int(cu.to_host(out)[0]) == 0
 
 

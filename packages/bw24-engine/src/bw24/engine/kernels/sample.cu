@@ -296,11 +296,21 @@ sample_dist(const float* __restrict__ logits, int V, int* counts, double rep, do
     double bv = -INFINITY;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < V; i += SNT) {
-        const double l = penalised(logits, counts, i, rep, freq, presence);
+        // a NaN logit weighs as -inf (never drawn): left as NaN its weight made every sum NaN, the kept set came
+        // out wrong and a row of NaN alone drew token V - 1 (the first H200 run of the NaN test, 24e748e)
+        double l = penalised(logits, counts, i, rep, freq, presence);
+        if (l != l) l = -INFINITY;
         lg[i] = l;
         better(bv, bi, l, i);
     }
     block_argmax(bv, bi, s.dv, s.di);
+    if (bv == -INFINITY) {  // no finite logit (all NaN or -inf): exp(-inf - -inf) is NaN, so no draw; the lowest index,
+        if (threadIdx.x == 0) {  // token 0, as argmax_sample and verify_argmax pick. (bv is the block's: uniform exit)
+            out[0] = bi;
+            if (counts) counts[bi] += 1;
+        }
+        return;
+    }
     const double z0 = bv / temp;
     for (int i = threadIdx.x; i < V; i += SNT) {
         const double l = lg[i];
@@ -342,9 +352,8 @@ sample_dist(const float* __restrict__ logits, int V, int* counts, double rep, do
         n = compact(nullptr, V, LA, [&](int i) { return in_prefix(i) && (min_p <= 0.0 || w[i] / sk >= pmin); }, s);
         tok = select_first(key, nullptr, LA, LB, n, (double)n_kept, false, s);
     }
-    // NaN logits keep no token (their weights compare false everywhere): token 0 then, as argmax_sample, never an
-    // index outside the vocabulary for the next step's embedding read and counts[] write. Finite logits always keep
-    // the top token, so this never acts on them.
+    // (a finite top logit always keeps the top token, so tok is a kept index here; the guard keeps any future slip
+    // inside the vocabulary for the next step's embedding read and counts[] write)
     if (tok < 0 || tok >= V) tok = 0;
     if (threadIdx.x == 0) {
         out[0] = tok;

@@ -47,7 +47,7 @@ cache_dir, model_path; p, q = sys.argv[1].split(':'); print(model_path(Cell(p, q
 log=lambda s: None))" "$m")
       fi
       n=$(basename "$m" .gguf)
-      (hdr; timeout 300 python3 -m bw24.engine.cli run-gen "$m" --backend cuda --no-progress -n 32 \
+      (hdr; timeout ${BW24_GATE_TIMEOUT:-300} python3 -m bw24.engine.cli run-gen "$m" --backend cuda --no-progress -n 32 \
         --prompt "Write a Python function that checks whether a number is prime."; echo "rc=$?") \
         > $R/run_gen_$n.log 2>&1
       echo "$n: $(grep -m1 -E 'verify-prefill|rror' $R/run_gen_$n.log)"; grep -m1 -i "vram" $R/run_gen_$n.log

@@ -124,10 +124,22 @@ class CudaOps(Ops):
         old = self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs
         # (prefill graphs off: a replayed chunk would run the paths it was captured with)
         self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = "f32", "split", False
+        # The block's scratch is its own, dropped at the end as the gate's float32 cache is (Engine._exact_cache):
+        # the split GEMMs' low halves and the host-planned experts' gathered rows are the gate's alone, and kept
+        # they stayed in what the engine held for generation (the 30B-A3B's long gate: 0.81 GiB of scratch at
+        # fb470bb, over gguf + KV + 1 GiB). Nothing captured holds them: the block's calls are eager.
+        outer = getattr(self, "_scratch", None)
+        if outer is not None:
+            self._scratch_outer = [*getattr(self, "_scratch_outer", []), outer]
+            self._scratch, self._q8_ready = {}, None
         try:
             yield
         finally:
             self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = old
+            if outer is not None:
+                self._scratch, self._q8_ready = outer, None
+                self._scratch_outer = self._scratch_outer[:-1]
+                self._release_pool()  # the block's arrays back to the driver, not left cached in CuPy's pool
 
     @contextmanager
     def pin_routing(self, pin):
@@ -675,6 +687,8 @@ class CudaOps(Ops):
             self._scratch_gen += 1
             if grown and not self._capturing:
                 self._release_pool()
+            held = sum(int(b.nbytes) for d in (*getattr(self, "_scratch_outer", []), self._scratch) for b in d.values())
+            self.scratch_peak = max(getattr(self, "scratch_peak", 0), held)  # (memory_report: the gate's blocks too)
         return a[:n]
 
     def _release_pool(self) -> None:
@@ -1185,7 +1199,7 @@ class CudaOps(Ops):
         from . import memory
 
         return memory.report(getattr(self, "_mem_plan", None), self.weight_bytes, getattr(self, "_mem_baseline", 0),
-                             {k: int(a.nbytes) for k, a in self._scratch.items()})
+                             {k: int(a.nbytes) for k, a in self._scratch.items()}, getattr(self, "scratch_peak", 0))
 
 
 __all__ = ["ATTN_SHAPES", "CudaOps"]

@@ -67,8 +67,11 @@ def plan(f, cfg, n_ctx: int, max_batch: int, prefill_scratch: int = 64 << 20, at
     scratch = prefill_scratch + 4 * max(m * max_rows, lr * c.n_vocab) + 2 * 2 * m * max_k + 4 * m
     scratch += 4 * m * c.n_head * ns * (2 + c.head_dim_v)
     if c.is_moe:
-        slots = m * c.n_expert_used
-        scratch += 4 * (m * c.n_expert + 2 * slots + slots * (2 * c.n_ff_expert + c.n_embd))
+        from .moe import PREFILL_T
+
+        slots = m * c.n_expert_used  # router logits, picks, weights, down outputs; gate / up: decode steps' only
+        scratch += 4 * (m * c.n_expert + 2 * slots + slots * c.n_embd
+                        + min(m, PREFILL_T) * c.n_expert_used * 2 * c.n_ff_expert)
         # prefill (moe_prefill.py expert_ffn): <= 16 x (tokens + 8) padded rows of x, its fp16 halves, GEMM
         # result, gate, up, down output, its tokens at most EXPERT_TOKENS at a time; its expert weight chunk grows
         # the dense prefill's scratch
@@ -105,9 +108,12 @@ def used_bytes() -> int:
     return int(cupy.get_default_memory_pool().used_bytes())
 
 
-def report(p: MemoryPlan | None, weight_bytes: int, baseline: int, scratch: dict[str, int] | None = None) -> str:
+def report(p: MemoryPlan | None, weight_bytes: int, baseline: int, scratch: dict[str, int] | None = None,
+           scratch_peak: int = 0) -> str:
     """One line for run-gen: VRAM held by this engine, and the issue's bound (gguf + KV + 1 GiB); with scratch
-    (CudaOps._scratch's bytes by key), what it holds and its largest keys, so a run over the bound says where."""
+    (CudaOps._scratch's bytes by key), what it holds and its largest keys, so a run over the bound says where;
+    scratch_peak (CudaOps.scratch_peak: the most scratch held at once, the gate's exact half's own blocks counted
+    while they lived), where above what is held."""
     g = 2**30
     used = used_bytes() - baseline
     s = f"VRAM used {used / g:.3f} GiB (weights {weight_bytes / g:.3f} GiB"
@@ -117,7 +123,10 @@ def report(p: MemoryPlan | None, weight_bytes: int, baseline: int, scratch: dict
     held = ""
     if scratch:
         top = sorted(scratch.items(), key=lambda kv: -kv[1])[:4]
-        held = (f"; scratch {sum(scratch.values()) / g:.3f} GiB, largest "
+        total = sum(scratch.values())
+        held = (f"; scratch {total / g:.3f} GiB, largest "
                 + ", ".join(f"{k} {n / g:.3f}" for k, n in top))
+        if scratch_peak > total:
+            held += f"; scratch peak {scratch_peak / g:.3f} GiB"
     return (s + f", KV {p.kv / g:.3f} GiB{held}; planned {p.total / g:.3f} GiB; bound gguf+KV+1GiB = {bound / g:.3f} GiB "
             f"{'OK' if used <= bound else 'EXCEEDED'})")

@@ -182,7 +182,6 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         xq, xs = q8.buffers(ops, T, E) if normed is not None else q8.quantize(ops, x)
     rl = ops._buf("moe_rl", T * X).reshape(T, X)
     sel, wts = ops._buf("moe_sel", S, np.int32), ops._buf("moe_w", S)
-    g, u = ops._buf("moe_g", S * F).reshape(S, F), ops._buf("moe_u", S * F).reshape(S, F)
     d = ops._buf("moe_d", S * E).reshape(S, E)
     res = residual if residual is not None else np.uintp(0)
 
@@ -205,7 +204,9 @@ def moe(ops, x, router, gate_exps, up_exps, down_exps, *, n_used, norm_weights, 
         ffn(ops, x, sel, gate_exps, up_exps, down_exps, n_used, act, d)
         _combine(ops, d, wts, n_used, res, out)
         return
-    # decode / verify: g [S, F] = act(gate x) * up x; out = residual + sum_j w_j down g_j
+    # decode / verify: g [S, F] = act(gate x) * up x; out = residual + sum_j w_j down g_j. (Here, not above: a
+    # prefill chunk never reads them, and at 2,040 tokens they held 94 MB of the 30B-A3B's scratch.)
+    g, u = ops._buf("moe_g", S * F).reshape(S, F), ops._buf("moe_u", S * F).reshape(S, F)
     if int8:
         _int8_experts(ops, gate_exps, up_exps, down_exps, sel, wts, n_used, xq, xs, act, g, res, out)
         return

@@ -38,7 +38,8 @@ case $STAGE in
     # the modules it loads are recorded (kernels.MANIFEST_ENV; ingest_evidence.py merges them for warm_kernels.py)
     (hdr; BW24_KERNEL_MANIFEST=$R/kernel_manifest.jsonl timeout 600 python3 -m bw24.engine.cli kernel-check "$@"
      echo "kernel-check rc=$?") > $R/kernel_check.log 2>&1
-    grep -E "FAIL|ALL GREEN|rc=|Error" $R/kernel_check.log | head -20; grep -c " OK" $R/kernel_check.log ;;
+    # (the count is kernel-check's own summary line: a `grep -c " OK"` here counted that line too, one too many)
+    grep -E "FAIL|ALL GREEN|rc=|Error|cases OK" $R/kernel_check.log | head -20 ;;
   gates)
     for m in "$@"; do
       if [[ $m == *:* ]]; then  # PRESET:QUANT -> the perf cells' cached synth file (written if missing)

@@ -35,6 +35,19 @@ def test_greedy_lowest_index_on_ties():
     assert sample(LOGITS, SamplingParams(), 0) == 1
 
 
+def test_nan_logits_are_never_picked_and_nan_alone_gives_token_0():
+    """The reference sampler as the device's (sample.cu): a NaN logit weighs as -inf, greedy or drawn, and with no
+    finite logit the pick is token 0. (np.argmax picked the first NaN, and a NaN weight made the draw's sums NaN.)"""
+    lg = LOGITS.copy()
+    lg[1] = np.nan  # the greedy pick before (3.0 at index 1)
+    assert sample(lg, SamplingParams(), 0) == 3  # the other 3.0
+    p = SamplingParams(temperature=2.0, seed=11)
+    want = [sample(np.where(np.isnan(lg), -np.inf, lg).astype(np.float32), p, pos) for pos in range(200)]
+    assert [sample(lg, p, pos) for pos in range(200)] == want and 1 not in want and len(set(want)) > 2
+    for row in (np.full(6, np.nan, np.float32), np.full(6, -np.inf, np.float32)):
+        assert sample(row, SamplingParams(), 0) == 0 and sample(row, p, 5) == 0
+
+
 def test_top_k_1_is_greedy_at_any_temperature():
     p = SamplingParams(temperature=5.0, top_k=1, seed=3)
     assert {sample(LOGITS, p, pos) for pos in range(50)} == {1}

@@ -124,8 +124,12 @@ def filtered_distribution(lg: np.ndarray, params: SamplingParams) -> tuple[np.nd
 def sample(
     logits: np.ndarray, params: SamplingParams, position: int, counts: np.ndarray | None = None
 ) -> int:
-    """The token drawn from logits [V] at `position` (the position the new token will occupy)."""
+    """The token drawn from logits [V] at `position` (the position the new token will occupy). A NaN logit is never
+    picked (it weighs as -inf); with no finite logit the pick is token 0, as the device's sampler (sample.cu) does."""
     lg = apply_penalties(logits, params, counts)
+    lg[np.isnan(lg)] = -np.inf
+    if not lg.max() > -np.inf:
+        return 0
     if params.greedy:
         return int(np.argmax(lg))
     if params.seed is None:

@@ -45,10 +45,9 @@ def test_plan_and_fit(synth_path):
         memory.check_fit(p, "m", free=p.total - 1)
 
 
-def test_scratch_growth_hands_the_pool_back():
-    """CudaOps._buf: a scratch that grows returns CuPy's cached free blocks (the smaller array it replaced)
-    to the driver; a first allocation or a fitting request does not, nor does growth inside a graph capture
-    (cudaFree is not capturable). Fake CuPy: no GPU needed."""
+def _scratch_ops():
+    """A CudaOps with a fake CuPy (NumPy arrays; the pool's free_all_blocks calls recorded in `released`): its
+    scratch logic without a GPU."""
     from contextlib import nullcontext
     from types import SimpleNamespace
 
@@ -60,6 +59,14 @@ def test_scratch_growth_hands_the_pool_back():
     ops.cp = SimpleNamespace(empty=lambda n, dtype: np.empty(n, dtype), zeros=lambda n, dtype: np.zeros(n, dtype),
                              get_default_memory_pool=lambda: pool)
     ops.stream, ops._scratch, ops._scratch_gen, ops._capturing = nullcontext(), {}, 0, False
+    return ops, released
+
+
+def test_scratch_growth_hands_the_pool_back():
+    """CudaOps._buf: a scratch that grows returns CuPy's cached free blocks (the smaller array it replaced)
+    to the driver; a first allocation or a fitting request does not, nor does growth inside a graph capture
+    (cudaFree is not capturable). Fake CuPy: no GPU needed."""
+    ops, released = _scratch_ops()
     assert ops._buf("y", 10).size == 10 and released == []  # first allocation
     assert ops._buf("y", 8).size == 8 and released == [] and ops._scratch_gen == 1  # fits
     assert ops._buf("y", 20).size == 20 and released == [1] and ops._scratch_gen == 2  # grown: released
@@ -72,17 +79,9 @@ def test_the_gates_exact_half_drops_its_own_scratch(monkeypatch):
     ends (as the gate's float32 cache is), so the split GEMMs' low halves and the host-planned experts' rows are
     not held through generation (the 30B-A3B's long gate: 0.81 GiB of scratch at fb470bb, over the bound); the
     scratch peak counts both while the block lives, and the report names it. Fake CuPy: no GPU needed."""
-    from contextlib import nullcontext
     from types import SimpleNamespace
 
-    from bw24.engine.ops.cuda.backend import CudaOps
-
-    released = []
-    pool = SimpleNamespace(free_all_blocks=lambda: released.append(1))
-    ops = CudaOps.__new__(CudaOps)
-    ops.cp = SimpleNamespace(empty=lambda n, dtype: np.empty(n, dtype), zeros=lambda n, dtype: np.zeros(n, dtype),
-                             get_default_memory_pool=lambda: pool)
-    ops.stream, ops._scratch, ops._scratch_gen, ops._capturing = nullcontext(), {}, 0, False
+    ops, released = _scratch_ops()
     ops.qmv_configs, ops.prefill_precision, ops.prefill_graphs = SimpleNamespace(force_path=None), "fp16", True
     ops._buf("gemm_wh", 1000)  # the rounded paths' (4,000 bytes)
     with ops.exact_activations():

@@ -59,6 +59,7 @@ def _scratch_ops():
     ops.cp = SimpleNamespace(empty=lambda n, dtype: np.empty(n, dtype), zeros=lambda n, dtype: np.zeros(n, dtype),
                              get_default_memory_pool=lambda: pool)
     ops.stream, ops._scratch, ops._scratch_gen, ops._capturing = nullcontext(), {}, 0, False
+    ops._scratch_outer, ops.scratch_peak = [], 0
     return ops, released
 
 

@@ -130,7 +130,7 @@ class CudaOps(Ops):
         # fb470bb, over gguf + KV + 1 GiB). Nothing captured holds them: the block's calls are eager.
         outer = getattr(self, "_scratch", None)
         if outer is not None:
-            self._scratch_outer = [*getattr(self, "_scratch_outer", []), outer]
+            self._scratch_outer = [*self._scratch_outer, outer]
             self._scratch, self._q8_ready = {}, None
         try:
             yield
@@ -600,6 +600,8 @@ class CudaOps(Ops):
         self._cache: dict[tuple[str, int], Any] = {}
         self._scratch: dict[str, Any] = {}
         self._scratch_gen = 0  # bumped by every (re)allocation in _buf: captured graphs compare it
+        self._scratch_outer: list[dict[str, Any]] = []  # the scratch of blocks around exact_activations' own
+        self.scratch_peak = 0  # the most scratch bytes held at once, the outer blocks' counted (memory_report)
         # (ptr, T, K) of the activation whose int8 quantization is in the q8 scratch (ops/cuda/q8.py):
         # set by a fused producer (rmsnorm_reg with xq, glu_q8) after its launch, cleared by any launch,
         # allocation or host copy, so only the very next op (a q8 matvec of those rows) may use it.
@@ -687,8 +689,8 @@ class CudaOps(Ops):
             self._scratch_gen += 1
             if grown and not self._capturing:
                 self._release_pool()
-            held = sum(int(b.nbytes) for d in (*getattr(self, "_scratch_outer", []), self._scratch) for b in d.values())
-            self.scratch_peak = max(getattr(self, "scratch_peak", 0), held)  # (memory_report: the gate's blocks too)
+            held = sum(int(b.nbytes) for d in (*self._scratch_outer, self._scratch) for b in d.values())
+            self.scratch_peak = max(self.scratch_peak, held)
         return a[:n]
 
     def _release_pool(self) -> None:
@@ -1199,7 +1201,7 @@ class CudaOps(Ops):
         from . import memory
 
         return memory.report(getattr(self, "_mem_plan", None), self.weight_bytes, getattr(self, "_mem_baseline", 0),
-                             {k: int(a.nbytes) for k, a in self._scratch.items()}, getattr(self, "scratch_peak", 0))
+                             {k: int(a.nbytes) for k, a in self._scratch.items()}, self.scratch_peak)
 
 
 __all__ = ["ATTN_SHAPES", "CudaOps"]

@@ -10,6 +10,7 @@
 #         | knockout PRESET:QUANT:DEPTH... (benchmarks/gpu_knockout.py: the step without each kernel family)
 #         | attnsweep [ARGS] (benchmarks/gpu_attn_sweep.py: the decode attention a layer across the deep rows' settings)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
+#         | loads [--loads 0,1,...] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight, BW24_QMV8_LOADS)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         par STAGE ARGS [, STAGE ARGS].. [+ ...] (sub-chains at once, e.g. `par kc + await F 300 , gates M , pytest`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
@@ -160,6 +161,10 @@ PY
   stages)  # what a dependent stage costs: a graph of kernels (plain, PDL) vs a persistent kernel's grid barrier
     (hdr; timeout 120 python3 $B/gpu_stage_latency.py $R/stages; echo "stages rc=$?") > $R/stages.log 2>&1
     tail -5 $R/stages.log ;;
+  loads)  # the decode q8 matvec's weight loads in flight (gpu_qmv8_loads.py, BW24_QMV8_LOADS): per shape and config,
+    # and per model the best value, written to $R/loads/best_MODEL (a later stage reads it: `$(cat /tmp/r/loads/best_8b)`)
+    (hdr; timeout 420 python3 $B/gpu_qmv8_loads.py $R/loads "$@"; echo "loads rc=$?") > $R/loads.log 2>&1
+    sed -n '/==== SUMMARY/,$p' $R/loads.log | cut -c1-170; grep -E "NOT BITWISE|Error|rc=" $R/loads.log | head ;;
   vsweep)
     (hdr; timeout 500 python3 $B/gpu_verify_sweep.py $R/vsweep "$@"; echo "vsweep rc=$?") > $R/vsweep.log 2>&1
     sed -n '/== summary ==/,$p' $R/vsweep.log; grep -E "WRONG|Error|rc=" $R/vsweep.log | head ;;

@@ -900,3 +900,36 @@ def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     assert calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 69632)]
     launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
+
+
+def test_qmv8_loads_is_checked_recorded_and_defined_only_for_the_q8_matvecs(monkeypatch, tmp_path):
+    """BW24_QMV8_LOADS: one of q8.QMV8_LOADS (0, the default: the decode loop as before), else an error naming the
+    variable; perf rows say qmv8_loads_N; its define goes to qmatvec_q8.cu alone; the batched loop compiles at the
+    decode instances the H200 table picks (Q/K/V and gate/up, wo, both down formats, norm-ahead), with and without
+    PDL and with the planted off-by-one (kernel-check's canary runs through it)."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.engine.ops.cuda.q8 import QMV8_LOADS
+    from bw24.runtime import compile_cubin
+
+    assert CudaOps.qmv8_loads == 0 and CudaOps.qmv8_loads_env == "0" and QMV8_LOADS == (0, 1, 2, 4, 8, 16)
+    for bad in ("3", "32", "-1", "x", ""):
+        monkeypatch.setattr(CudaOps, "qmv8_loads_env", bad)
+        with pytest.raises(ValueError, match=f"BW24_QMV8_LOADS='{bad}'"):
+            CudaOps()
+    monkeypatch.undo()
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant = True, ""
+    assert not any("qmv8_loads" in o for o in CudaOps.opt_in(ops))
+    assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1),)
+    ops.qmv8_loads = 8
+    assert "qmv8_loads_8" in CudaOps.opt_in(ops)
+    assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1), ("QMV8_DECODE_LOADS", 8))
+    assert ops.kernel_defines("qmatvec.cu") == ops.kernel_defines("moe.cu") == (("BW24_PDL", 1),)
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("qmv8_3<7,7,7,2,4,1>", "qmv8<7,4,4,1>", "qmv8<9,1,1,1>", "qmv8<7,8,1,1>", "qmv8_na<7,2,4,1>",
+             "qmv8<3,1,2,1>", "qmv8<7,4,4,5>")
+    for defines in ({"QMV8_DECODE_LOADS": 16, "BW24_PDL": 1}, {"QMV8_DECODE_LOADS": 4},
+                    {"QMV8_DECODE_LOADS": 1, "BW24_PDL": 1, "BW24_PLANTED_BUG": 1}):
+        ck = compile_cubin(KERNEL_DIR / "qmatvec_q8.cu", "90a", defines=defines, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names), defines

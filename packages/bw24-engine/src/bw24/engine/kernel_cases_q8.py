@@ -143,6 +143,40 @@ def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) ->
     return run
 
 
+def decode_loads_case(qt, cfg, loads: int, multi: bool = False) -> Case:
+    """Decode (T = 1) q8 launches with BW24_QMV8_LOADS=loads (CudaOps.qmv8_loads: each thread's weight loads issued
+    in batches of max(1, loads / R) groups, kernels/qmatvec_q8.cu) give the default loop's bits, row for row; and,
+    those being equal, they are held to the float64 reference (so a planted bug in both still turns the case red).
+    K = 4352 (136 groups): one warp's lanes walk 4-5 groups each, the last batch cut short."""
+    def run(name, ref, cu, rng):
+        n, k = 67, 4352
+        tis = [_weight(qt, n + 13 * i, k, rng, f"{name}.{i}") for i in range(2 if multi else 1)]
+        ws = [cu.load_weight(t) for t in tis]
+        x = _x(rng, 3, k)
+
+        def rows():
+            got = []
+            for t in range(len(x)):
+                outs = [cu.zeros((1, w.n)) for w in ws]
+                if multi:
+                    cu.matmul_multi(ws, _dev(cu, x[t:t + 1]), outs=outs)
+                else:
+                    cu.matmul(ws[0], _dev(cu, x[t:t + 1]), out=outs[0])
+                got.append(np.concatenate([cu.to_host(o) for o in outs], axis=1))
+            return np.concatenate(got)
+
+        with _forced(cu, [qt], *cfg):
+            base = rows()
+            with setting(cu, "qmv8_loads", loads):
+                got = rows()
+        same = compare(name, "exact", got, base)
+        if not same.ok:
+            return same
+        return compare(name, "matmul_q8", got,
+                       np.concatenate([matmul_q8_ref(ref.load_weight(t).data, x) for t in tis], axis=1))
+    return run
+
+
 def _scratch_q8(cu, T: int, k: int) -> np.ndarray:
     """The q8 scratch (codes, scale bits, half-group sums) as one float64 vector."""
     from .ops.cuda import q8
@@ -470,6 +504,13 @@ def cases() -> Iterator[tuple[str, Case]]:
                                  ((Q.Q4_1, Q.Q4_1), 100, 576, (4, 8), "f32")):
         yield f"norm_matmul_multi {'+'.join(q.name for q in qts)} K={K} W={cfg[0]} R={cfg[1]} T={T} {path}", \
             norm_multi_case(qts, T, K, cfg, path)
+    # BW24_QMV8_LOADS: the batched decode loop at the configs the H200 table picks for the 8B / 32B (Q/K/V, gate/up
+    # (W, R) = (2, 4); wo (4, 4); down (1, 1) Q6_K and (8, 1) Q4_K), a Q8_0 (two 16-byte loads a group), each value
+    for qt, cfg, loads, multi in ((Q.Q4_K, (2, 4), 8, True), (Q.Q4_K, (4, 4), 4, False), (Q.Q4_K, (4, 4), 16, False),
+                                  (Q.Q6_K, (1, 1), 1, False), (Q.Q6_K, (1, 1), 2, False), (Q.Q6_K, (1, 1), 8, False),
+                                  (Q.Q4_K, (8, 1), 4, False), (Q.Q8_0, (1, 2), 8, False), (Q.Q5_K, (2, 2), 16, False)):
+        yield f"q8 decode loads={loads:<2} bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}", \
+            decode_loads_case(qt, cfg, loads, multi)
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

@@ -80,6 +80,20 @@ extern "C" __global__ void round_x_q8(const float* x, int T, int K, float* y) {
 template <int W>
 constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNROLL : W == 1 ? 2 : 1; }
 
+// Row-groups of weights a decode thread loads before it does the arithmetic of any of them (BW24_QMV8_LOADS,
+// ops/cuda/backend.py; 0: the loop below as it was, `#pragma unroll 2`, its loads left to the compiler's schedule).
+// Why: a decode matvec is bound by the bytes in flight. At ~3 groups a thread (the 32B's down projection, 8 warps
+// a row: 800 groups over 256 threads) a block makes two or three DRAM round trips and exits, and the H200 profile
+// had the down projections at 2.5-2.7 TB/s and the output projections at ~1.8 (fb470bb, 1653f1f) against 4.46.
+// With U = max(1, LOADS / R) groups a batch, each thread issues U * R groups' loads back to back (predicated past
+// the row's end), then sums them in group order: the same additions in the same order, so the same bits whatever
+// LOADS is (kernel-check's "q8 decode loads" cases hold every value to the default bitwise).
+#ifndef QMV8_DECODE_LOADS
+#define QMV8_DECODE_LOADS 0
+#endif
+template <int R>
+constexpr int decode_batch() { return QMV8_DECODE_LOADS / R > 1 ? QMV8_DECODE_LOADS / R : 1; }
+
 // The RMSNorm factor of a norm-ahead row (qmv8_na, qmv8_3n): ss holds the row's G per-group sums of squares; lane l
 // sums groups l, l + 32, ... in order (zeros past G), then the xor butterfly gives every lane the same bits;
 // rsqrt(mean + eps) as rms_row.cuh. Loads and sum are apart so that a decode block issues the loads right after its
@@ -143,12 +157,25 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         if constexpr (NA) na_load(nss, G, nsp);
         const int g0 = tid;
 #endif
+#if QMV8_DECODE_LOADS > 0
+        constexpr int U = decode_batch<R>(), S = 32 * W;
+        for (int g = g0; g < G_END; g += U * S) {
+            GRaw<FMT> raw[U][R];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (g + u * S < G_END) load_rows<FMT, R>(p, row0, N, g + u * S, K, raw[u]);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (g + u * S < G_END) qmv8_group1<FMT, R>(raw[u], xq, xs, K, g + u * S, acc);
+        }
+#else
 #pragma unroll 2
         for (int g = g0; g < G_END; g += 32 * W) {
             GRaw<FMT> raw[R];
             load_rows<FMT, R>(p, row0, N, g, K, raw);
             if (T > 0) qmv8_group1<FMT, R>(raw, xq, xs, K, g, acc);  // (T >= 1 always; kept: the decode code as it was)
         }
+#endif
     } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
         PDL_WAIT();
         constexpr int U = verify_unroll<W>();  // (#pragma unroll takes a constant, not a macro)

@@ -24,6 +24,7 @@ from . import prefill as _prefill
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel, names_macro
 from .launch import DRAFT_Q8_MIN_K, Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, QmvConfigs
 from .prefill import PRECISIONS
+from .q8 import QMV8_LOADS
 from .repack import UnsupportedWeightError
 from .weights import NULL, QWeight, upload_weight
 
@@ -477,6 +478,11 @@ class CudaOps(Ops):
     # the 8B's attention cost ~590 us a token against llama.cpp's ~320 (e7b99ea, from the d0 / d4096 rows),
     # in 8 kv heads x 33 splits = 264 blocks of 4 warps: two a SM. Perf rows record "attn_decode_CHxNS".
     attn_decode_env = os.environ.get("BW24_ATTN_DECODE")
+    # Row-groups of weights a decode q8 matvec thread loads before summing any (kernels/qmatvec_q8.cu
+    # QMV8_DECODE_LOADS, why there; the same bits whatever the value): BW24_QMV8_LOADS=N, one of QMV8_LOADS;
+    # 0 / unset: the loop as before. Opt-in until the H200 has timed it (perf rows "qmv8_loads_N").
+    qmv8_loads_env = os.environ.get("BW24_QMV8_LOADS", "0")
+    qmv8_loads = 0  # the value __init__ checked (a sweep may set another on an instance)
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -519,7 +525,8 @@ class CudaOps(Ops):
                                       (f"ubatch_{self.ubatch_env}", self.ubatch_env not in (None, str(type(self).default_max_batch))),
                                       ("no_prefill_graph", not self.prefill_graphs),
                                       (f"attn_decode_{(self.attn_decode_env or '').replace(':', 'x')}",
-                                       self.attn_decode_env)) if on]
+                                       self.attn_decode_env),
+                                      (f"qmv8_loads_{self.qmv8_loads}", self.qmv8_loads != 0)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -558,6 +565,11 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
+        if self.qmv8_loads_env not in [str(n) for n in QMV8_LOADS]:
+            raise ValueError(f"BW24_QMV8_LOADS={self.qmv8_loads_env!r}: use one of {', '.join(map(str, QMV8_LOADS))} "
+                             "(row-groups of weights a decode matvec thread loads at once; 0, the default: the loop "
+                             "as before)")
+        self.qmv8_loads = int(self.qmv8_loads_env)
         e = "0" if self.attn_dec_mma_env is None else self.attn_dec_mma_env  # (unset: the model's policy decides)
         if not (e == "all" or (e.isdigit() and int(e) % 32 == 0)):
             raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off), a positive multiple of 32 (live keys past which a "
@@ -663,6 +675,8 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_FILL", self.attn_fill),)
         if self.attn_min_blocks > 1 and file == "attention.cu":
             defines += (("ATTN_MIN_BLOCKS", self.attn_min_blocks),)
+        if self.qmv8_loads and file == "qmatvec_q8.cu":
+            defines += (("QMV8_DECODE_LOADS", self.qmv8_loads),)
         return defines
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:

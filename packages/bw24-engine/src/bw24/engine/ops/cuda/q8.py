@@ -91,6 +91,7 @@ def moe_q8_ref(x, router, gate, up, down, *, n_used: int, norm_weights: bool, ac
 
 
 QMV8_NT_EXACT = 8  # kernels/qmatvec_q8.cu: T up to this launches with NT == T (no per-token guard)
+QMV8_LOADS = (0, 1, 2, 4, 8, 16)  # BW24_QMV8_LOADS's values (kernels/qmatvec_q8.cu QMV8_DECODE_LOADS; 0: off)
 
 
 def q8_nt(T: int) -> int:

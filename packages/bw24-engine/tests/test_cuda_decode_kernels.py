@@ -902,17 +902,21 @@ def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
 
 
-def test_qmv8_loads_is_checked_recorded_and_defined_only_for_the_q8_matvecs(monkeypatch, tmp_path):
-    """BW24_QMV8_LOADS: one of q8.QMV8_LOADS (0, the default: the decode loop as before), else an error naming the
-    variable; perf rows say qmv8_loads_N; its define goes to qmatvec_q8.cu alone; the batched loop compiles at the
-    decode instances the H200 table picks (Q/K/V and gate/up, wo, both down formats, norm-ahead), with and without
-    PDL and with the planted off-by-one (kernel-check's canary runs through it)."""
+def test_qmv8_loads_is_checked_recorded_and_given_per_decode_launch(monkeypatch, tmp_path):
+    """BW24_QMV8_LOADS: unset, each weight's table entry; else one of q8.QMV8_LOADS for every weight (0: the loop as
+    before), any other value an error naming the variable; perf rows say qmv8_loads_N when it is set, tuning_dir with
+    BW24_TUNING_DIR. The define is a decode launch's own (CudaOps.q8_loads, through _k_with): never in the file's
+    defines, never on a verify launch, absent at 0. The batched loop compiles at the decode instances the H200 table
+    picks, with and without PDL and with the planted off-by-one (kernel-check's canary runs through it)."""
+    from types import SimpleNamespace
+
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.engine.ops.cuda.q8 import QMV8_LOADS
     from bw24.runtime import compile_cubin
+    from gguf.constants import GGMLQuantizationType as Q
 
-    assert CudaOps.qmv8_loads == 0 and CudaOps.qmv8_loads_env == "0" and QMV8_LOADS == (0, 1, 2, 4, 8, 16)
+    assert CudaOps.qmv8_loads is None and QMV8_LOADS == (0, 1, 2, 4, 8, 16)
     for bad in ("3", "32", "-1", "x", ""):
         monkeypatch.setattr(CudaOps, "qmv8_loads_env", bad)
         with pytest.raises(ValueError, match=f"BW24_QMV8_LOADS='{bad}'"):
@@ -920,12 +924,20 @@ def test_qmv8_loads_is_checked_recorded_and_defined_only_for_the_q8_matvecs(monk
     monkeypatch.undo()
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant = True, ""
-    assert not any("qmv8_loads" in o for o in CudaOps.opt_in(ops))
+    assert not any("qmv8_loads" in o or o == "tuning_dir" for o in CudaOps.opt_in(ops))
+    table = {(Q.Q4_K, 4096, 12288): 8}  # (type, N, K) -> the entry's loads
+    ops.qmv_configs = SimpleNamespace(loads=lambda q, n, k: table.get((q, n, k), 0))
+    w = SimpleNamespace(qtype=Q.Q4_K)
+    assert ops.q8_loads(w, 4096, 12288, 1) == (("QMV8_DECODE_LOADS", 8),)
+    assert ops.q8_loads(w, 4096, 12288, 5) == ()  # a verify launch
+    assert ops.q8_loads(w, 4096, 4096, 1) == ()  # no entry: 0
+    ops.qmv8_loads = 0
+    assert ops.q8_loads(w, 4096, 12288, 1) == () and "qmv8_loads_0" in CudaOps.opt_in(ops)
+    ops.qmv8_loads = 4
+    assert ops.q8_loads(w, 4096, 4096, 1) == (("QMV8_DECODE_LOADS", 4),) and "qmv8_loads_4" in CudaOps.opt_in(ops)
     assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1),)
-    ops.qmv8_loads = 8
-    assert "qmv8_loads_8" in CudaOps.opt_in(ops)
-    assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1), ("QMV8_DECODE_LOADS", 8))
-    assert ops.kernel_defines("qmatvec.cu") == ops.kernel_defines("moe.cu") == (("BW24_PDL", 1),)
+    ops.tuning_dir_env = "/somewhere"
+    assert "tuning_dir" in CudaOps.opt_in(ops)
     monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
     names = ("qmv8_3<7,7,7,2,4,1>", "qmv8<7,4,4,1>", "qmv8<9,1,1,1>", "qmv8<7,8,1,1>", "qmv8_na<7,2,4,1>",
              "qmv8<3,1,2,1>", "qmv8<7,4,4,5>")
@@ -933,3 +945,23 @@ def test_qmv8_loads_is_checked_recorded_and_defined_only_for_the_q8_matvecs(monk
                     {"QMV8_DECODE_LOADS": 1, "BW24_PDL": 1, "BW24_PLANTED_BUG": 1}):
         ck = compile_cubin(KERNEL_DIR / "qmatvec_q8.cu", "90a", defines=defines, name_expressions=names)
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names), defines
+
+
+def test_the_table_gives_each_weight_its_loads_and_a_bad_value_none():
+    """launch.QmvConfigs.loads: the tuning entry's "loads" for the weight's type and shape (the H200 table's 8B and 32B
+    entries of c2b7c7f's sweep: the 8B's Q4_K down projection 8, the 32B's down 4); an entry without one, a value
+    outside q8.QMV8_LOADS, or no entry: 0. A workbench override's entry wins, as it does for (W, R)."""
+    from bw24.engine.ops.cuda.launch import TUNING_DIR, QmvConfigs
+    from bw24.runtime import Tuning, load_tuning
+    from bw24.runtime.tuning import device_key
+    from gguf.constants import GGMLQuantizationType as Q
+
+    qc = QmvConfigs(load_tuning(TUNING_DIR, device_key("NVIDIA H200", (9, 0))))
+    assert qc.loads(Q.Q4_K, 4096, 12288) == 8 and qc.plan(Q.Q4_K, 4096, 12288) == ("q8", 2, 4)
+    assert qc.loads(Q.Q6_K, 5120, 25600) == 4 and qc.loads(Q.Q4_K, 6144, 4096) == 0
+    t = {"qmatvec": {"Q4_K": {"default": {"warps": 4, "rows": 4, "loads": 3},
+                              "shapes": {"64x64": {"warps": 1, "rows": 1, "loads": 16}}}}}
+    qc = QmvConfigs(Tuning(t))
+    assert qc.loads(Q.Q4_K, 64, 64) == 16 and qc.loads(Q.Q4_K, 32, 64) == 0 and qc.loads(Q.Q6_K, 64, 64) == 0
+    qc.overrides["Q4_K"] = {"warps": 2, "rows": 2, "loads": 2}
+    assert qc.loads(Q.Q4_K, 64, 64) == 2

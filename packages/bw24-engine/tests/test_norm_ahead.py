@@ -117,7 +117,8 @@ def test_the_launches_match_the_kernels_signatures_and_geometry(helpers):
         bufs[key] = bufs.get(key) if key in bufs and bufs[key].size >= n else np.zeros(max(n, 1), dtype).view(HostDev)
         return bufs[key][:n]
 
-    ops = SimpleNamespace(_buf=buf, _q8_ready=None, _k=lambda f, n: (f, n),
+    ops = SimpleNamespace(_buf=buf, _q8_ready=None, _k=lambda f, n: (f, n), _k_with=lambda f, n, extra: (f, n),
+                          q8_loads=lambda w, n, k, nt: (),
                           _launch=lambda fn, grid, block, args, shared_mem=0: launches.append((fn, grid, block, args)))
     w = SimpleNamespace(n=4096, fmt=7, args=lambda: (1, 2, 3, 4))
     x, out, nw = _arrays(HostDev, 3, 4096)
@@ -226,8 +227,8 @@ class DispatchOps:
     def __init__(self, helpers, W=4, R=4):
         self.dev, self.params = helpers.HostDev, helpers.kernel_params
         self.norm_ahead, self.emulating, self.norm_fuse, self.verify_rows, self._q8_ready = True, False, False, None, None
-        self.qmv_configs = SimpleNamespace(plan=lambda qt, n, k, gate_force=True: ("q8", W, R))
-        self.scratch, self.launches = {}, []
+        self.qmv_configs = SimpleNamespace(plan=lambda qt, n, k, gate_force=True: ("q8", W, R), loads=lambda qt, n, k: 0)
+        self.scratch, self.launches, self.qmv8_loads = {}, [], None
 
     def _verify_plan(self, *a):
         from bw24.engine.ops.cuda.backend import CudaOps
@@ -246,6 +247,14 @@ class DispatchOps:
 
     def _k(self, file, name):
         return file, name
+
+    def _k_with(self, file, name, extra):  # (a decode launch's QMV8_DECODE_LOADS: not in the recorded name)
+        return file, name
+
+    def q8_loads(self, w, n, k, nt):
+        from bw24.engine.ops.cuda.backend import CudaOps
+
+        return CudaOps.q8_loads(self, w, n, k, nt)
 
     def _launch(self, fn, grid, block, args, shared_mem=0):
         self._q8_ready = None

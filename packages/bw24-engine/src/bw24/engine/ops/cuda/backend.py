@@ -479,10 +479,12 @@ class CudaOps(Ops):
     # in 8 kv heads x 33 splits = 264 blocks of 4 warps: two a SM. Perf rows record "attn_decode_CHxNS".
     attn_decode_env = os.environ.get("BW24_ATTN_DECODE")
     # Row-groups of weights a decode q8 matvec thread loads before summing any (kernels/qmatvec_q8.cu
-    # QMV8_DECODE_LOADS, why there; the same bits whatever the value): BW24_QMV8_LOADS=N, one of QMV8_LOADS;
-    # 0 / unset: the loop as before. Opt-in until the H200 has timed it (perf rows "qmv8_loads_N").
-    qmv8_loads_env = os.environ.get("BW24_QMV8_LOADS", "0")
-    qmv8_loads = 0  # the value __init__ checked (a sweep may set another on an instance)
+    # QMV8_DECODE_LOADS, why there; the same bits whatever the value). Unset: each weight's tuning-table entry
+    # ("loads", with its W and R; launch.QmvConfigs.loads; none: 0, the loop as before). BW24_QMV8_LOADS=N, one of
+    # QMV8_LOADS, forces N for every weight (0: the loop as before everywhere; perf rows "qmv8_loads_N").
+    qmv8_loads_env = os.environ.get("BW24_QMV8_LOADS")
+    qmv8_loads: int | None = None  # the value __init__ checked; None: the table's (a sweep may set one on an instance)
+    tuning_dir_env = os.environ.get("BW24_TUNING_DIR")  # (ops/cuda/launch.py TUNING_DIR; perf rows "tuning_dir")
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default
@@ -526,7 +528,8 @@ class CudaOps(Ops):
                                       ("no_prefill_graph", not self.prefill_graphs),
                                       (f"attn_decode_{(self.attn_decode_env or '').replace(':', 'x')}",
                                        self.attn_decode_env),
-                                      (f"qmv8_loads_{self.qmv8_loads}", self.qmv8_loads != 0)) if on]
+                                      (f"qmv8_loads_{self.qmv8_loads}", self.qmv8_loads is not None),
+                                      ("tuning_dir", self.tuning_dir_env)) if on]
 
     def __init__(self, *, variant: str = "", use_graphs: bool = True) -> None:
         import cupy as cp
@@ -565,11 +568,11 @@ class CudaOps(Ops):
             raise ValueError(f"BW24_ATTN_MIN_BLOCKS={self.attn_min_blocks_env!r}: 1 (off, the default) .. 6 (attention "
                              "blocks an SM must hold)")
         self.attn_min_blocks = int(self.attn_min_blocks_env)
-        if self.qmv8_loads_env not in [str(n) for n in QMV8_LOADS]:
+        if self.qmv8_loads_env is not None and self.qmv8_loads_env not in [str(n) for n in QMV8_LOADS]:
             raise ValueError(f"BW24_QMV8_LOADS={self.qmv8_loads_env!r}: use one of {', '.join(map(str, QMV8_LOADS))} "
-                             "(row-groups of weights a decode matvec thread loads at once; 0, the default: the loop "
-                             "as before)")
-        self.qmv8_loads = int(self.qmv8_loads_env)
+                             "(row-groups of weights a decode matvec thread loads at once, for every weight; 0: the "
+                             "loop as before; unset: each weight's tuning-table entry)")
+        self.qmv8_loads = None if self.qmv8_loads_env is None else int(self.qmv8_loads_env)
         e = "0" if self.attn_dec_mma_env is None else self.attn_dec_mma_env  # (unset: the model's policy decides)
         if not (e == "all" or (e.isdigit() and int(e) % 32 == 0)):
             raise ValueError(f"BW24_ATTN_DEC_MMA={e!r}: 0 (off), a positive multiple of 32 (live keys past which a "
@@ -675,9 +678,16 @@ class CudaOps(Ops):
             defines += (("BW24_ATTN_FILL", self.attn_fill),)
         if self.attn_min_blocks > 1 and file == "attention.cu":
             defines += (("ATTN_MIN_BLOCKS", self.attn_min_blocks),)
-        if self.qmv8_loads and file == "qmatvec_q8.cu":
-            defines += (("QMV8_DECODE_LOADS", self.qmv8_loads),)
         return defines
+
+    def q8_loads(self, w, n: int, k: int, nt: int) -> tuple[tuple[str, object], ...]:
+        """The extra define of a q8 matvec launch of weight w's type at the (stacked) shape [n, k] (q8.py's
+        launchers take it through _k_with): QMV8_DECODE_LOADS for a decode launch (nt == 1) whose value,
+        BW24_QMV8_LOADS's or the table's, is not 0; nothing otherwise (verify launches never read it)."""
+        if nt != 1:
+            return ()
+        v = self.qmv8_loads if self.qmv8_loads is not None else self.qmv_configs.loads(w.qtype, n, k)
+        return (("QMV8_DECODE_LOADS", v),) if v else ()
 
     def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
         """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging)."""

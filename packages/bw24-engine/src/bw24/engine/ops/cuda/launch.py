@@ -21,7 +21,9 @@ from pathlib import Path
 
 from gguf.constants import GGMLQuantizationType as Q
 
-TUNING_DIR = Path(__file__).resolve().parents[2] / "tuning"
+# The per-device tables (bw24.probe writes them). BW24_TUNING_DIR=PATH reads this device's table from PATH instead (an
+# A/B against another table, e.g. evidence/tuning_h200_4f3a865.json's copy; perf rows then record "tuning_dir").
+TUNING_DIR = Path(os.environ.get("BW24_TUNING_DIR") or Path(__file__).resolve().parents[2] / "tuning")
 QMV_SPACE = {"warps": [1, 2, 4, 8], "rows": [1, 2, 4, 8, 16]}
 PATHS = ("f32", "q8")
 Q8_TYPES = frozenset(q.name for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K))
@@ -139,6 +141,17 @@ class QmvConfigs:
 
         d = device_info()
         return cls(load_tuning(TUNING_DIR, device_key(d.name, d.cc), warn=warn))
+
+    def loads(self, qtype, n: int, k: int) -> int:
+        """The decode q8 matvec's row-groups loaded at once for this weight (kernels/qmatvec_q8.cu QMV8_DECODE_LOADS):
+        the table entry's "loads" (one of q8.QMV8_LOADS; any other value, or none, 0: the loop as before). A
+        workbench override's entry wins, as for (W, R)."""
+        from .q8 import QMV8_LOADS
+
+        name = Q(int(qtype)).name
+        cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or {}
+        v = cfg.get("loads", 0)
+        return int(v) if v in QMV8_LOADS else 0
 
     def get(self, qtype, n: int, k: int) -> tuple[int, int]:
         return self.plan(qtype, n, k)[1:]

@@ -178,7 +178,8 @@ def matmul(ops, w, x, out, W: int, R: int, nt: int, bias, residual, softcap) -> 
     xq, xs = quantize(ops, x)
     args = (*w.args(), xq, xs, np.int32(K), np.int32(w.n), np.int32(T), NULL if bias is None else bias,
             NULL if residual is None else residual, out, np.float32(softcap or 0.0))
-    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>"), (math.ceil(w.n / R),), 32 * W, args)
+    ops._launch(ops._k_with("qmatvec_q8.cu", f"qmv8<{w.fmt},{W},{R},{nt}>", ops.q8_loads(w, w.n, K, nt)),
+                (math.ceil(w.n / R),), 32 * W, args)
 
 
 def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na_eps: float | None = None) -> None:
@@ -195,7 +196,9 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na_eps: float | Non
     for i, (w, o, b) in enumerate(parts):
         args += [*w.args(), np.int32(w.n if nb[i] else 0), NULL if b is None else b, o]
     args += tail
-    ops._launch(ops._k("qmatvec_q8.cu", f"{name}<{fmts},{W},{R},{nt}>"), (sum(nb),), 32 * W, tuple(args))
+    # the stacked shape's entry, as _multi_plan's (W, R) (an empty third part, nb[2] = 0, is not in it)
+    loads = ops.q8_loads(parts[0][0], sum(w.n for (w, _, _), b in zip(parts, nb, strict=True) if b), K, nt)
+    ops._launch(ops._k_with("qmatvec_q8.cu", f"{name}<{fmts},{W},{R},{nt}>", loads), (sum(nb),), 32 * W, tuple(args))
 
 
 # ---- BW24_NORM_AHEAD: the RMSNorm after a residual matvec, split between it and its q8 consumer ------------
@@ -279,4 +282,5 @@ def matmul_na(ops, w, x, out, W: int, R: int, nt: int, residual, nw) -> None:
     yq, ys, yss = na_buffers(ops, T, N)
     args = (*w.args(), xq, xs, np.int32(K), np.int32(N), np.int32(T), NULL if residual is None else residual, out,
             nw, yq, ys, yss)
-    ops._launch(ops._k("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>"), (N // 32,), 32 // R * W * 32, args)
+    ops._launch(ops._k_with("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>", ops.q8_loads(w, N, K, nt)),
+                (N // 32,), 32 // R * W * 32, args)

@@ -12,7 +12,11 @@ matvec's alone, as in a decode step). Every variant's output is compared bitwise
 
 Prints a table per shape (GB/s of the repacked weight, % of 4.46 TB/s), then per model the summed time of its
 projections at the table's configs for each loads value (down: half Q4_K and half Q6_K layers, as Q4_K_M), and
-writes the best value per model to OUTDIR/best_<model> (read by the session chain's A/B stage).
+writes the best value per model to OUTDIR/best_<model>. Where a shape's fastest (W, R, loads) beats the table's
+entry by more than MARGIN, it goes into a candidate table, OUTDIR/table/<device-key>.json (the committed one with
+those entries replaced), which the session's `ab` stage runs against the committed one
+(`BW24_TUNING_DIR=/tmp/r/loads/table`): the whole step decides, as the 8B's output projection showed at def966d
+(the sweep's winner, 6% faster alone, cost the step 2% at depth 4096).
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ SHAPES = (("8b", "qkv", "Q4_K", 6144, 4096, 1.0), ("8b", "wo", "Q4_K", 4096, 409
           ("32b", "down", "Q6_K", 5120, 25600, 0.5),
           ("0.6b", "wo", "Q4_K", 1024, 2048, 1.0), ("0.6b", "down", "Q6_K", 1024, 3072, 0.5),
           ("0.6b", "down", "Q4_K", 1024, 3072, 0.5))
+# the 8B's Q8_0 and Q4_0 variants (every weight of one type): --shapes all adds them
+SHAPES_8B_VARIANTS = tuple((f"8b-{qn.lower()}", part, qn, n, k, 1.0) for qn in ("Q8_0", "Q4_0")
+                           for part, n, k in (("qkv", 6144, 4096), ("wo", 4096, 4096), ("gate_up", 24576, 4096),
+                                              ("down", 4096, 12288)))
+# A candidate table's entry replaces the table's config only where the sweep's best beats it by more than this
+# (the sweep's own run-to-run spread is a few percent; the whole step decides: the session's `ab` stage).
+MARGIN = 0.03
+# models whose decode runs these shapes on plain qmv8 launches (the 0.6B's output and down projections are
+# norm-ahead producers, qmv8_na, whose warps a row set differ: not swept here, so not rewritten)
+CANDIDATE_MODELS = ("8b", "32b", "8b-q8_0", "8b-q4_0")
 ALT = ((1, 1), (1, 2), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))
 
 
@@ -52,29 +66,76 @@ def configs(ops, qn: str, n: int, k: int) -> tuple[tuple[int, int], list[tuple[i
     return (w, r), [(w, r)] + rest
 
 
-def compile_all(ops, loads: list[int], summary: list[str]) -> None:
+def candidate_entries(table: dict, current_loads: dict) -> dict:
+    """The sweep's per-shape winners worth a table entry: {(type, "NxK"): {"warps", "rows"[, "loads"]}} for the
+    shapes of CANDIDATE_MODELS whose fastest (W, R, loads) beats the table's config at the table's loads by more than
+    MARGIN. table: (model, part, type) -> (times {(W, R, loads): us}, (W, R) of the table, bytes); current_loads:
+    (type, "NxK") -> the table's loads for that shape."""
+    out = {}
+    shapes = {s[:3]: f"{s[3]}x{s[4]}" for s in SHAPES + SHAPES_8B_VARIANTS}
+    for (model, part, qn), (times, tab, _) in table.items():
+        key = (qn, shapes[(model, part, qn)])
+        now = times.get((*tab, current_loads.get(key, 0)))
+        if model not in CANDIDATE_MODELS or now is None or not times:
+            continue
+        w, r, v = min(times, key=times.get)
+        if times[(w, r, v)] < now * (1 - MARGIN):
+            out[key] = {"warps": w, "rows": r, **({"loads": v} if v else {})}
+    return out
+
+
+def write_candidate(out: Path, entries: dict, note: str) -> Path | None:
+    """This device's committed table with the candidate entries in place, as OUTDIR/table/<device-key>.json: what
+    `BW24_TUNING_DIR=OUTDIR/table` reads (the session's `ab` stage against the committed one). None when no entry
+    changes (then there is nothing to compare)."""
+    import json
+
+    from bw24.engine.ops.cuda.launch import TUNING_DIR
+    from bw24.runtime import device_info, device_key
+
+    if not entries:
+        return None
+    d = device_info()
+    key = device_key(d.name, d.cc)
+    src = Path(TUNING_DIR) / f"{key}.json"
+    data = (json.loads(src.read_text()) if src.is_file()
+            else {"schema": 1, "device": d.name, "cc": f"{d.cc[0]}.{d.cc[1]}", "key": key})
+    q = data.setdefault("qmatvec", {})
+    for (qn, shape), cfg in sorted(entries.items()):
+        q.setdefault(qn, {"default": {"warps": cfg["warps"], "rows": cfg["rows"]}, "shapes": {}})["shapes"][shape] = cfg
+    data.setdefault("provenance", {})["qmatvec_loads_candidate"] = {"script": "packages/bw24-engine/benchmarks/"
+                                                                    "gpu_qmv8_loads.py", "note": note,
+                                                                    "entries": {f"{k[0]} {k[1]}": v for k, v
+                                                                                in sorted(entries.items())}}
+    path = out / "table" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def compile_all(ops, shapes, loads: list[int], summary: list[str]) -> None:
     from bw24.engine.ops.cuda.repack import FMT
     from gguf.constants import GGMLQuantizationType as Q
 
-    names = sorted({f"qmv8<{FMT[Q[qn]]},{w},{r},1>" for _, _, qn, n, k, _ in SHAPES
+    names = sorted({f"qmv8<{FMT[Q[qn]]},{w},{r},1>" for _, _, qn, n, k, _ in shapes
                     for w, r in configs(ops, qn, n, k)[1]})
     base = (("BW24_PDL", 1),) if ops.pdl else ()
     jobs = [("qmatvec_q8.cu", nm, base + ((("QMV8_DECODE_LOADS", v),) if v else ())) for v in loads for nm in names]
     precompile(jobs + [("qmatvec_q8.cu", "", base)], summary)
 
 
-def run(out: Path, loads: list[int]) -> list[str]:
+def run(out: Path, loads: list[int], shapes=SHAPES) -> list[str]:
     import cupy as cp
     from bw24.engine.ops.cuda import CudaOps, q8
     from gguf.constants import GGMLQuantizationType as Q
 
     ops = CudaOps()
     summary: list[str] = [f"loads {loads}; pdl {ops.pdl}; times: one matvec, the activation's int8 rows ready"]
-    compile_all(ops, loads, summary)
+    compile_all(ops, shapes, loads, summary)
     rng = np.random.default_rng(0)
     log: list[str] = []
     table: dict = {}  # (model, part, qn) -> {(w, r, loads): us}
-    for model, part, qn, n, k, _ in SHAPES:
+    for model, part, qn, n, k, _ in shapes:
         t0 = time.perf_counter()
         w0 = _weight(ops, Q[qn], n, k, rng)
         copies = max(20, min(400, math.ceil(2 * 60e6 / w0.nbytes) + 1))
@@ -125,8 +186,8 @@ def run(out: Path, loads: list[int]) -> list[str]:
         bw, br, bv = min(times, key=times.get)
         summary.append(f"{model:<5} {part:<7} {qn:<5} ({tab[0]},{tab[1]:>2})     | {'':14}"
                        + " ".join(f"{g:6.0f}" for g in at) + f" | ({bw},{br},{bv}) {nb / times[(bw, br, bv)] / 1e3:6.0f}")
-    weight = {s[:3]: s[5] for s in SHAPES}
-    for model in dict.fromkeys(s[0] for s in SHAPES):
+    weight = {s[:3]: s[5] for s in shapes}
+    for model in dict.fromkeys(s[0] for s in shapes):
         sums = {}
         for v in loads:
             ts = [(times.get((*tab, v)), weight[key]) for key, (times, tab, _) in table.items() if key[0] == model]
@@ -136,6 +197,11 @@ def run(out: Path, loads: list[int]) -> list[str]:
                        + ", ".join(f"{v}: {s:.2f}" for v, s in sums.items()) + f"; best {best} "
                        f"({100 * (sums[best] / sums[loads[0]] - 1):+.1f}% vs loads={loads[0]})")
         (out / f"best_{model}").write_text(f"{best}\n")
+    current = {(qn, f"{n}x{k}"): ops.qmv_configs.loads(Q[qn], n, k) for _, _, qn, n, k, _ in shapes}
+    entries = candidate_entries(table, current)
+    path = write_candidate(out, entries, f"the sweep's winners by more than {MARGIN:.0%} over the table's config")
+    summary.append(f"candidate table: {path or 'none (no shape beats its entry by more than the margin)'}"
+                   + "".join(f"\n  {qn} {sh}: {cfg}" for (qn, sh), cfg in sorted(entries.items())))
     return summary
 
 
@@ -143,11 +209,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--loads", default="0,1,2,4,8,16")
+    ap.add_argument("--shapes", default="models", choices=("models", "all"),
+                    help="all: also the 8B's Q8_0 and Q4_0 variants' shapes")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    summary = run(out, [int(v) for v in a.loads.split(",")])
+    summary = run(out, [int(v) for v in a.loads.split(",")], SHAPES + (SHAPES_8B_VARIANTS if a.shapes == "all" else ()))
     summary.append(f"total {time.perf_counter() - t:.1f} s")
     (out / "summary.txt").write_text(header() + "\n".join(summary) + "\n")
     print("\n==== SUMMARY ====\n" + header() + "\n".join(summary))

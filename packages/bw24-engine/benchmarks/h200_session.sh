@@ -10,7 +10,8 @@
 #         | knockout PRESET:QUANT:DEPTH... (benchmarks/gpu_knockout.py: the step without each kernel family)
 #         | attnsweep [ARGS] (benchmarks/gpu_attn_sweep.py: the decode attention a layer across the deep rows' settings)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
-#         | loads [--loads 0,1,...] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight, BW24_QMV8_LOADS)
+#         | loads [--loads 0,1,...] [--shapes all] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight,
+#           BW24_QMV8_LOADS; its candidate table under /tmp/r/loads/table for `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         par STAGE ARGS [, STAGE ARGS].. [+ ...] (sub-chains at once, e.g. `par kc + await F 300 , gates M , pytest`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)

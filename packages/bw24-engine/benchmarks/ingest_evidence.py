@@ -11,6 +11,8 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
+- the `loads` stage's loads/qmv8_loads.log and loads/summary.txt (qmv8_loads[_summary]_h200_<SHA>), and its
+  candidate table loads/table/<key>.json as tuning_h200_<SHA>_loads_candidate_<key>.json (as it is, no header).
 - as they are (JSON, no header): a `profile` stage's per-model profile/*.json into profile_<SHA>[_suffix]/ (what
   `python -m bw24.engine.perf.breakdown` reads), and a `wb` stage's nb/*.json tuning table as
   tuning_h200_<SHA>[_suffix]_<name>.json beside its nb/<notebook>.log (wb_<notebook>_h200_<SHA>[_suffix].log).
@@ -56,6 +58,11 @@ def target_name(rel: Path, sha: str) -> str | None:
             return f"spec_bench_h200_{sha}_{parts[-2][5:]}{suffix}.jsonl"
         if parts[-2] == "profile" and ext == "json":  # the per-kernel rows perf.breakdown tables
             return f"profile_{sha}{suffix}/{name}"
+        if parts[-2] == "loads":  # the loads stage's per-config log and summary (its best_* files stay behind)
+            return {"qmv8_loads.log": f"qmv8_loads_h200_{sha}{suffix}.log",
+                    "summary.txt": f"qmv8_loads_summary_h200_{sha}{suffix}.txt"}.get(name)
+        if parts[-3:-1] == ("loads", "table"):
+            return f"tuning_h200_{sha}{suffix}_loads_candidate_{name}"  # the candidate table the ab stage ran
         if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
             return f"wb_{stem}_h200_{sha}{suffix}.log" if ext == "log" else \
                 f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None

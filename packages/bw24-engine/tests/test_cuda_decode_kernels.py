@@ -965,3 +965,26 @@ def test_the_table_gives_each_weight_its_loads_and_a_bad_value_none():
     assert qc.loads(Q.Q4_K, 64, 64) == 16 and qc.loads(Q.Q4_K, 32, 64) == 0 and qc.loads(Q.Q6_K, 64, 64) == 0
     qc.overrides["Q4_K"] = {"warps": 2, "rows": 2, "loads": 2}
     assert qc.loads(Q.Q4_K, 64, 64) == 2
+
+
+def test_a_tuning_dir_without_this_devices_table_is_an_error(monkeypatch, tmp_path):
+    """BW24_TUNING_DIR names the folder of an A/B's other table: one without this device's file would run the
+    built-in defaults under that name, so QmvConfigs.for_device refuses it, naming the variable and the file.
+    Unset, a missing table still gives the defaults (a device nobody tuned)."""
+    from types import SimpleNamespace
+
+    import bw24.runtime as rt
+    from bw24.engine.ops.cuda import launch
+    from gguf.constants import GGMLQuantizationType as Q
+
+    monkeypatch.setattr(rt, "device_info", lambda: SimpleNamespace(name="NVIDIA H200", cc=(9, 0)))
+    monkeypatch.setattr(launch, "TUNING_DIR", tmp_path)
+    monkeypatch.setenv("BW24_TUNING_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="BW24_TUNING_DIR=.* has no nvidia-h200-sm90.json"):
+        launch.QmvConfigs.for_device()
+    (tmp_path / "nvidia-h200-sm90.json").write_text((launch.Path(launch.__file__).parents[2] / "tuning" /
+                                                     "nvidia-h200-sm90.json").read_text())
+    assert launch.QmvConfigs.for_device().plan(Q.Q4_K, 4096, 12288) == ("q8", 2, 4)
+    monkeypatch.delenv("BW24_TUNING_DIR")
+    (tmp_path / "nvidia-h200-sm90.json").unlink()
+    assert launch.QmvConfigs.for_device(warn=lambda m: None).tuning.note.startswith("built-in defaults")

@@ -140,7 +140,11 @@ class QmvConfigs:
         from bw24.runtime import device_info, device_key, load_tuning
 
         d = device_info()
-        return cls(load_tuning(TUNING_DIR, device_key(d.name, d.cc), warn=warn))
+        key = device_key(d.name, d.cc)
+        if os.environ.get("BW24_TUNING_DIR") and not (TUNING_DIR / f"{key}.json").is_file():
+            # an A/B against a table that is not there would run the built-in defaults under that name
+            raise ValueError(f"BW24_TUNING_DIR={os.environ['BW24_TUNING_DIR']!r} has no {key}.json for this device")
+        return cls(load_tuning(TUNING_DIR, key, warn=warn))
 
     def loads(self, qtype, n: int, k: int) -> int:
         """The decode q8 matvec's row-groups loaded at once for this weight (kernels/qmatvec_q8.cu QMV8_DECODE_LOADS):

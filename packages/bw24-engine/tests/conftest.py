@@ -287,6 +287,16 @@ def helpers():
     return sys.modules[__name__]
 
 
+def bench_module(name: str):
+    """benchmarks/<name>.py imported as a module (the GPU scripts' host-side logic, tested without a GPU)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="session")
 def smollm2_path():
     from bw24.gguf import resolve_model

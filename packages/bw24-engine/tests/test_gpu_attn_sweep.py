@@ -4,20 +4,12 @@ with); every row sets the same attributes, so none leaks into the next."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/gpu_attn_sweep.py"
 
 
 @pytest.fixture(scope="module")
-def sweep():
-    spec = importlib.util.spec_from_file_location("gpu_attn_sweep", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def sweep(helpers):
+    return helpers.bench_module("gpu_attn_sweep")
 
 
 @pytest.mark.parametrize("shape", ["32b", "30b-a3b", "8b", "0.6b"])

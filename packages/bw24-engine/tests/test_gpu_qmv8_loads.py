@@ -4,22 +4,15 @@ rest of the committed table as it was."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/gpu_qmv8_loads.py"
-
 
 @pytest.fixture(scope="module")
-def sweep():
-    spec = importlib.util.spec_from_file_location("gpu_qmv8_loads", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def sweep(helpers):
+    return helpers.bench_module("gpu_qmv8_loads")
 
 
 def test_a_shape_is_rewritten_only_past_the_margin_and_for_the_models_it_runs_on(sweep):

@@ -134,7 +134,7 @@ def run(out: Path, loads: list[int], shapes=SHAPES) -> list[str]:
     compile_all(ops, shapes, loads, summary)
     rng = np.random.default_rng(0)
     log: list[str] = []
-    table: dict = {}  # (model, part, qn) -> {(w, r, loads): us}
+    table: dict = {}  # (model, part, qn) -> ({(w, r, loads): us}, the table's (w, r), the weight's bytes)
     for model, part, qn, n, k, _ in shapes:
         t0 = time.perf_counter()
         w0 = _weight(ops, Q[qn], n, k, rng)

@@ -162,8 +162,8 @@ PY
   stages)  # what a dependent stage costs: a graph of kernels (plain, PDL) vs a persistent kernel's grid barrier
     (hdr; timeout 120 python3 $B/gpu_stage_latency.py $R/stages; echo "stages rc=$?") > $R/stages.log 2>&1
     tail -5 $R/stages.log ;;
-  loads)  # the decode q8 matvec's weight loads in flight (gpu_qmv8_loads.py, BW24_QMV8_LOADS): per shape and config,
-    # and per model the best value, written to $R/loads/best_MODEL (a later stage reads it: `$(cat /tmp/r/loads/best_8b)`)
+  loads)  # the decode q8 matvec's weight loads in flight (gpu_qmv8_loads.py, BW24_QMV8_LOADS): per shape and config;
+    # its candidate table, $R/loads/table, for a later `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`
     (hdr; timeout 420 python3 $B/gpu_qmv8_loads.py $R/loads "$@"; echo "loads rc=$?") > $R/loads.log 2>&1
     sed -n '/==== SUMMARY/,$p' $R/loads.log | cut -c1-170; grep -E "NOT BITWISE|Error|rc=" $R/loads.log | head ;;
   vsweep)

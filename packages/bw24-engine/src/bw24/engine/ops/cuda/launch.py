@@ -22,7 +22,7 @@ from pathlib import Path
 from gguf.constants import GGMLQuantizationType as Q
 
 # The per-device tables (bw24.probe writes them). BW24_TUNING_DIR=PATH reads this device's table from PATH instead (an
-# A/B against another table, e.g. evidence/tuning_h200_4f3a865.json's copy; perf rows then record "tuning_dir").
+# A/B against another table, e.g. evidence/tuning_h200_4f3a865/, the table before the loads; perf rows then record "tuning_dir").
 TUNING_DIR = Path(os.environ.get("BW24_TUNING_DIR") or Path(__file__).resolve().parents[2] / "tuning")
 QMV_SPACE = {"warps": [1, 2, 4, 8], "rows": [1, 2, 4, 8, 16]}
 PATHS = ("f32", "q8")
@@ -146,15 +146,17 @@ class QmvConfigs:
             raise ValueError(f"BW24_TUNING_DIR={os.environ['BW24_TUNING_DIR']!r} has no {key}.json for this device")
         return cls(load_tuning(TUNING_DIR, key, warn=warn))
 
+    def _entry(self, name: str, n: int, k: int) -> dict:
+        """The config of a weight of type name [n, k]: a workbench override, else the table's, else default_qmv."""
+        return self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or default_qmv(n, k)
+
     def loads(self, qtype, n: int, k: int) -> int:
         """The decode q8 matvec's row-groups loaded at once for this weight (kernels/qmatvec_q8.cu QMV8_DECODE_LOADS):
-        the table entry's "loads" (one of q8.QMV8_LOADS; any other value, or none, 0: the loop as before). A
-        workbench override's entry wins, as for (W, R)."""
+        the entry's "loads" (one of q8.QMV8_LOADS; any other value, or none, 0: the loop as before). A workbench
+        override's entry wins, as for (W, R)."""
         from .q8 import QMV8_LOADS
 
-        name = Q(int(qtype)).name
-        cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or {}
-        v = cfg.get("loads", 0)
+        v = self._entry(Q(int(qtype)).name, n, k).get("loads", 0)
         return int(v) if v in QMV8_LOADS else 0
 
     def get(self, qtype, n: int, k: int) -> tuple[int, int]:
@@ -164,7 +166,7 @@ class QmvConfigs:
         """(path, W, R) for this weight; "q8" only for formats the q8 kernels implement. gate_force=False:
         the path the backend's own forwards take, whatever force_path (the gate's exact half) says."""
         name = Q(int(qtype)).name
-        cfg = self.overrides.get(name) or self.tuning.config("qmatvec", name, f"{n}x{k}") or default_qmv(n, k)
+        cfg = self._entry(name, n, k)
         forced = ((self.force_path if gate_force else None)
                   or self.overrides.get(name, {}).get("path")  # gate / workbench sweep
                   or ("f32" if self.f32_body and n < Q8_MIN_N else None))

@@ -880,6 +880,68 @@ def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_
     assert "no_attn_dec_early" not in CudaOps.opt_in(ops)
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
 
+def test_dec_bounds_is_checked_built_for_the_tensor_core_attention_alone_and_recorded(tmp_path, monkeypatch, helpers):
+    """BW24_ATTN_DEC_BOUNDS: 1..4 blocks an SM attn_dec_mma is built for, 0 / unset its rule (no define), else an error
+    naming the variable; perf rows say attn_dec_bounds_N; only attention_dec_mma.cu gets DM_MIN_BLOCKS. The 32B's and
+    the 8B's instances compile under each, and the planted canary's build."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    assert CudaOps.attn_dec_bounds == 0 and CudaOps.attn_dec_bounds_env == "0"
+    helpers.env_refused_or_recorded(monkeypatch, "attn_dec_bounds_env", "BW24_ATTN_DEC_BOUNDS", ("5", "-1", "three"),
+                                    "3", "0", "attn_dec_bounds")
+    monkeypatch.undo()
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
+    assert not any(d[0] == "DM_MIN_BLOCKS" for d in ops.kernel_defines("attention_dec_mma.cu"))
+    ops.attn_dec_bounds = 2
+    assert ("DM_MIN_BLOCKS", 2) in ops.kernel_defines("attention_dec_mma.cu")
+    assert not any(d[0] == "DM_MIN_BLOCKS" for d in ops.kernel_defines("attention.cu"))
+    ops.variant = "planted_decbounds"
+    assert ("BW24_PLANTED_DECBOUNDS", 1) in ops.kernel_defines("attention_dec_mma.cu")
+    assert ("BW24_PLANTED_DECBOUNDS", 1) not in ops.kernel_defines("attention.cu")
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>")
+    base = {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}
+    for extra in ({}, {"DM_MIN_BLOCKS": 4}, {"DM_MIN_BLOCKS": 2}, {"BW24_PLANTED_DECBOUNDS": 1}):
+        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", defines={**base, **extra}, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
+def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_attention_files(tmp_path, monkeypatch,
+                                                                                          helpers):
+    """BW24_ATTN_MERGE_FACTORS (a block's merge with each head's factors worked out once, attn_chunk.cuh): on by
+    default with no define; 0 builds attention.cu and attention_dec_mma.cu (both merge through attn_chunk.cuh) with
+    the per-element merge and perf rows say no_attn_merge_factors; another value is an error naming the variable;
+    the planted canary's macro reaches both files; both builds of both files compile."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    assert CudaOps.attn_merge_factors is True and CudaOps.attn_merge_factors_env == "1"
+    helpers.env_switch_refuses(monkeypatch, "attn_merge_factors_env", "BW24_ATTN_MERGE_FACTORS")
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant = False, ""
+    assert "no_attn_merge_factors" not in CudaOps.opt_in(ops)
+    assert not any(d[0] == "BW24_ATTN_MERGE_FACTORS" for f in ("attention.cu", "attention_dec_mma.cu")
+                   for d in ops.kernel_defines(f))
+    ops.attn_merge_factors = False
+    assert "no_attn_merge_factors" in CudaOps.opt_in(ops)
+    for f in ("attention.cu", "attention_dec_mma.cu"):
+        assert ("BW24_ATTN_MERGE_FACTORS", 0) in ops.kernel_defines(f)
+    assert not any(d[0] == "BW24_ATTN_MERGE_FACTORS" for d in ops.kernel_defines("qmatvec_q8.cu"))
+    ops.variant = "planted_mergef"
+    for f in ("attention.cu", "attention_dec_mma.cu"):
+        assert ("BW24_PLANTED_MERGEF", 1) in ops.kernel_defines(f)
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    for file, names in (("attention.cu", ("attn_split<128,128,4,32,__half>", "attn_split<64,64,3,32>")),
+                        ("attention_dec_mma.cu", ("attn_dec_mma<128,128,8,32>",))):
+        for defines in ({"BW24_ATTN_MERGE_FACTORS": 0}, {}, {"BW24_PLANTED_MERGEF": 1}):
+            ck = compile_cubin(KERNEL_DIR / file, "90a", defines=defines, name_expressions=names)
+            assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
 def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
     (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""

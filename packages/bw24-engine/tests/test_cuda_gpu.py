@@ -137,6 +137,20 @@ def test_attention_dec_early_cases_green_and_a_new_row_read_early_red():
     _green_then_red(73, "attn dec early", "planted_decearly", "attn dec early graph", 4)
 
 
+def test_attention_merge_factors_cases_green_and_a_dropped_warp_red():
+    """BW24_ATTN_MERGE_FACTORS' cases (a block's merge with each head's factors worked out once: the per-element
+    merge's bits in attn_split and attn_dec_mma) are green; the planted factors that leave the last warp's keys out
+    turn all 12 bitwise cases red."""
+    _green_then_red(79, "attn merge factors", "planted_mergef", "attn merge factors == per element", 12)
+
+
+def test_attention_dec_bounds_cases_green_and_a_dropped_key_red():
+    """BW24_ATTN_DEC_BOUNDS' cases (attn_dec_mma built for 3 blocks an SM by its rule with the pipe, and for 2: the
+    4-block build's bits) are green; the planted variant that drops every warp's first key of a tile in a build for
+    other than 4 blocks turns all 10 red."""
+    _green_then_red(83, "attn dec bounds", "planted_decbounds", "attn dec bounds == 4", 10)
+
+
 def test_moe_router_norm_cases_green_and_an_unwritten_share_red():
     """BW24_MOE_ROUTER_NORM's cases (the MoE block's input RMSNorm inside the router's launch: the unfused launches'
     bits, the fused launch checked to have run) are green; the planted kernel whose last block leaves its share of x

@@ -29,6 +29,9 @@ def test_each_shape_starts_from_its_default_and_names_each_setting_once(sweep, s
         got = {a["attn_dec_pipe"] for _, a in rows if a["attn_override"] == {"max_splits": ns}}
         assert got == ({False} if ns == DEC_MMA_SPLITS else {True, False}), ns
     assert any(a["attn_dec_mma"] == 0 and a["attn_fuse"] for _, a in rows)  # attn_split's own fused pass 2
+    # the builds before the merge factors and the bounds' rule (bits = 0 expected), on the default's other settings
+    assert any(a == {**first, "attn_merge_factors": False} for _, a in rows)
+    assert any(a == {**first, "attn_dec_bounds": 4} for _, a in rows)
 
 
 def test_the_sweep_runs_every_setting_in_its_class_and_restores_the_backend(sweep, monkeypatch, capsys):

@@ -465,11 +465,12 @@ def dec_mma(frm: int) -> Callable[[Case], Case]:
 dec_pipe = _with("attn_dec_pipe", "attn_dec_mma's tiles through two cp.async stages (BW24_ATTN_DEC_PIPE).")
 
 
-def tile_bits_cases(attr: str, title: str, shapes) -> Iterator[tuple[str, Case]]:
-    """attn_dec_mma with cu.<attr> on against off, bit for bit, twice in a row (same_bits_case), at each (D, G, Hkv,
-    T, p0, splits forced or None, window, softcap, tiles a split) of shapes: the deep rows' opt-in paths' cases."""
+def tile_bits_cases(attr: str, title: str, shapes, values: tuple = (False, True)) -> Iterator[tuple[str, Case]]:
+    """attn_dec_mma with cu.<attr> on against off (values[1] against values[0]), bit for bit, twice in a row
+    (same_bits_case), at each (D, G, Hkv, T, p0, splits forced or None, window, softcap, tiles a split) of shapes:
+    the deep rows' opt-in paths' cases."""
     for D, G, Hkv, T, p0, ns, win, cap, tiles in shapes:
-        case = dec_mma(1024)(same_bits_case(attr, D, G, T, p0, win, cap, Hkv, True, reps=2))
+        case = dec_mma(1024)(same_bits_case(attr, D, G, T, p0, win, cap, Hkv, True, reps=2, values=values))
         yield (f"{title} D={D} G={G} Hkv={Hkv} T={T} pos={p0}"
                f"{f' splits={ns}' if ns else ''} tiles={tiles}{f' window={win}' if win else ''}"
                f"{f' softcap={cap:g}' if cap else ''} half-KV"), splits(ns)(case) if ns else case
@@ -493,6 +494,42 @@ def dec_pipe_cases() -> Iterator[tuple[str, Case]]:
         dec_pipe(dec_mma_ref_case(128, 8, 9, 1020, 1024, Hkv=4))
     yield "attn dec pipe rows==decode D=128 G=8 Hkv=4 T=6 pos=3000 from=1024 splits=16 half-KV", \
         splits(16)(dec_pipe(dec_mma(1024)(attn_rows_case(128, 8, 6, 3000, Hkv=4, half=True))))
+
+
+# The deep rows' shapes of the bitwise cases of a build choice of attn_dec_mma (D, G, Hkv, T, p0, splits forced or
+# None, window, softcap, tiles a split): the 32B's and the 8B's at 4,096 keys (the default's 33 splits), verify rows
+# over 3 tiles, D = 64 with 7 heads, softcap.
+DEC_BUILD_SHAPES = ((128, 8, 8, 1, 4000, None, None, None, 2), (128, 4, 8, 1, 4000, 33, None, None, 2),
+                    (128, 8, 4, 5, 3000, 16, None, None, 3), (64, 7, 2, 1, 2000, 16, None, None, 2),
+                    (128, 4, 8, 3, 2600, 16, None, 30.0, 3))
+
+
+def merge_factors_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_ATTN_MERGE_FACTORS (a block's merge of its warps with each head's factors worked out once, attn_chunk.cuh):
+    the per-element merge's bits, twice in a row, in attn_split (at depth, verify rows, a kv head's 8 heads over two
+    blocks, D = 64 with a window, the fused pass 2, one split writing the output) and in attn_dec_mma
+    (DEC_BUILD_SHAPES, and one split writing the output and its int8 rows). The reference cases run it as the
+    default. The planted_mergef canary (the last warp's keys left out of the factors) turns all 12 red."""
+    for D, G, T, p0, Hkv, half, win, fuse in ((128, 4, 1, 4000, 8, True, None, None), (128, 4, 5, 3000, 8, True, None, None),
+                                              (128, 8, 3, 700, 4, False, None, None), (64, 3, 9, 1000, 2, False, 100, None),
+                                              (128, 4, 4, 3000, 8, True, None, 1)):
+        tail, case = bitwise_case("attn_merge_factors", (False, True), D, G, T, p0, Hkv, half, win, fuse)
+        yield f"attn merge factors == per element bitwise split {tail}", case
+    yield "attn merge factors == per element bitwise split short=128 D=128 G=4 Hkv=8 T=1 pos=100 half-KV", \
+        short(128)(same_bits_case("attn_merge_factors", 128, 4, 1, 100, None, None, 8, True, reps=2))
+    yield from tile_bits_cases("attn_merge_factors", "attn merge factors == per element bitwise dec mma",
+                               DEC_BUILD_SHAPES)
+    yield "attn merge factors == per element bitwise dec mma short=128 from=32 D=128 G=8 Hkv=4 T=1 pos=100 half-KV", \
+        short(128)(dec_mma(32)(same_bits_case("attn_merge_factors", 128, 8, 1, 100, None, None, 4, True, reps=2)))
+
+
+def dec_bounds_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_ATTN_DEC_BOUNDS (blocks an SM attn_dec_mma is built to fit: its rule, 3 with the pipe, against the 4 it
+    was built for before; and 2): the 4-block build's bits, twice in a row, at DEC_BUILD_SHAPES (the pipe on, as by
+    default). The planted_decbounds canary (a build for other than 4 blocks drops every warp's first key of a tile)
+    turns all 10 red."""
+    yield from tile_bits_cases("attn_dec_bounds", "attn dec bounds == 4 bitwise rule", DEC_BUILD_SHAPES, values=(4, 0))
+    yield from tile_bits_cases("attn_dec_bounds", "attn dec bounds == 4 bitwise 2", DEC_BUILD_SHAPES, values=(4, 2))
 
 
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
@@ -755,6 +792,8 @@ def cases() -> Iterator[tuple[str, Case]]:
         dec_mma(1024)(attn_rows_case(128, 8, 9, 1020, Hkv=4, half=True))
     yield from dec_pipe_cases()
     yield from dec_early_cases()
+    yield from merge_factors_cases()
+    yield from dec_bounds_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -553,9 +553,8 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 #pragma unroll
         for (int e = 0; e < PV; ++e) sm_acc[w][g][lane * PV + e] = acc[g][e];
     __syncthreads();
-    for (int i = threadIdx.x; i < gc * DV; i += NW * 32)
-        merge_warps_store<NW, G, DV>(sm_m, sm_l, sm_acc, i / DV, i % DV, (i64)t * H + qh0 + i / DV, nsplit, s,
-                                     single, lane, out, xq, xs, part_ml, part_acc);
+    merge_block<NW, G, DV>(sm_m, sm_l, sm_acc, gc, (i64)t * H + qh0, nsplit, s, single, lane, out, xq, xs, part_ml,
+                           part_acc);
     if (single || tickets == nullptr) return;
     // Fused pass 2: the last live split of (t, head group) to finish combines its G heads (combine_head:
     // attn_combine's arithmetic); last_arrival re-arms the ticket for the next launch.

@@ -57,6 +57,15 @@
 #ifndef BW24_DEC_MMA_EARLY
 #define BW24_DEC_MMA_EARLY 0
 #endif
+// Blocks an SM the build must fit (BW24_ATTN_DEC_BOUNDS, ops/cuda/backend.py attn_dec_bounds; 0 or unset: this rule):
+// 4 for the plain kernel (35 KB of static shared memory a block), 3 with the pipe, whose 2 x 34.8 KB of dynamic
+// shared memory a block leave room for 3 on an SM of 228 KB anyway. Why: built for 4 (128 registers) the kernel
+// spilled 40 bytes a thread (ptxas -v, sm_90); for 3 it takes 138 and spills none, at the occupancy the pipe's
+// shared memory allows. Registers and spills only: the same arithmetic, the same bits (kernel-check's "attn dec
+// bounds == 4 bitwise").
+#ifndef DM_MIN_BLOCKS
+#define DM_MIN_BLOCKS (BW24_DEC_MMA_PIPE ? 3 : 4)
+#endif
 // Not here: pass 2 of this kernel's rows inside it (BW24_DEC_MMA_FUSE, 1aeef0e: the last split block of (token, kv
 // head) combining its G heads): on the H200 at 5107205 slower than attn_combine's launch at every split count and
 // shape measured (the 32B at 4,096 keys, 33 splits with the pipe: 23.85 us a layer against 15.07;
@@ -123,6 +132,8 @@ __device__ __forceinline__ void dm_tile_math(const __half (*ks)[KP], const __hal
             float v = sc[nt][e];
             if (softcap > 0.f) v = softcap * tanhf(v / softcap);
 #ifdef BW24_PLANTED_DECMMA  // kernel_check canary: the first key of every warp's 16 dropped
+            v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
+#elif defined(BW24_PLANTED_DECBOUNDS) && DM_MIN_BLOCKS != 4  // canary: the same, in a build for other than 4 blocks
             v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
 #else
             v = j < j1 ? v : -INFINITY;
@@ -221,7 +232,7 @@ __device__ __forceinline__ int dm_early(const __half* __restrict__ kc, const __h
 }
 
 template <int D, int DV, int G, int CH>
-__global__ void __launch_bounds__(DM_WARPS * 32, 4)
+__global__ void __launch_bounds__(DM_WARPS * 32, DM_MIN_BLOCKS)
 attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
              int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
@@ -310,7 +321,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     l += __shfl_xor_sync(FULL_MASK, l, 1);
     l += __shfl_xor_sync(FULL_MASK, l, 2);
 
-    // merge the 4 warps (attn_chunk.cuh merge_warps_store, attn_split's merge): their rows' O through the K tile's
+    // merge the 4 warps (attn_chunk.cuh merge_block, attn_split's merge): their rows' O through the K tile's
     // shared memory
     __syncthreads();  // every warp is done with the tiles
     float* so = reinterpret_cast<float*>(&ks[0][0]);  // [DM_WARPS][G][DV] floats: <= 16 KB, within ks
@@ -324,8 +335,6 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32)
-        merge_warps_store<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), i / DV, i % DV,
-                                           (i64)t * H + hk * G + i / DV, nsplit, s, single, lane, out, xq, xs,
-                                           part_ml, part_acc);
+    merge_block<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), G, (i64)t * H + hk * G,
+                                 nsplit, s, single, lane, out, xq, xs, part_ml, part_acc);
 }

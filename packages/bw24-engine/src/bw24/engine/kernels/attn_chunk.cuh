@@ -27,6 +27,23 @@ __device__ __forceinline__ int attn_chunk_len(int n, int ch, int maxs) {
     return attn_chunk_len_long(n, ch, maxs);
 }
 
+// Head h's merged (M, L, A) of dim d: the row's output (and its int8 group) when this split is the row's only live
+// one, or the split's partial row.
+template <int DVH>
+__device__ __forceinline__ void merge_put(float M, float L, float A, int d, i64 h, int nsplit, int s, bool single,
+                                          int lane, float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs,
+                                          float* __restrict__ part_ml, float* __restrict__ part_acc) {
+    const i64 row = h * nsplit + s;
+    if (single) {
+        const i64 o = h * DVH + d;  // a whole warp: 32 dims of one head (DVH % 32 == 0)
+        out[o] = A / L;
+        if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
+    } else {
+        part_acc[row * DVH + d] = A;
+        if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
+    }
+}
+
 // One block's pass-1 merge, shared by attn_split and attn_dec_mma: head g's dim d over the WARPS warps' partials
 // (sm_m / sm_l [WARPS][GH], acc [WARPS][GH][DVH] in shared memory), then either the row's output (and its int8 group)
 // when this split is the row's only live one, or the split's partial row (h = t * H + the head's index).
@@ -45,15 +62,60 @@ __device__ __forceinline__ void merge_warps_store(const float (*sm_m)[GH], const
         L += sm_l[u][g] * f;
         A += acc[u][g][d] * f;
     }
-    const i64 row = h * nsplit + s;
-    if (single) {
-        const i64 o = h * DVH + d;  // a whole warp: 32 dims of one head (DVH % 32 == 0)
-        out[o] = A / L;
-        if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
-    } else {
-        part_acc[row * DVH + d] = A;
-        if (d == 0) { part_ml[2 * row] = M; part_ml[2 * row + 1] = L; }
-    }
+    merge_put<DVH>(M, L, A, d, h, nsplit, s, single, lane, out, xq, xs, part_ml, part_acc);
 }
 
+// BW24_ATTN_MERGE_FACTORS (ops/cuda/backend.py attn_merge_factors; the default, BW24_ATTN_MERGE_FACTORS=0 off): the
+// block's merge works out each head's M = max_u m_u, f_u = e^(m_u - M) and L = sum_u l_u f_u once (one thread a
+// head, into shared memory) instead of in every one of the head's DV elements. Why: at 4 warps and 8 heads a block
+// (the 32B's attn_dec_mma) each thread merged 8 elements, each with 4 expf and its own max and L again: 32 expf a
+// thread where 4 a head do, in a kernel that runs latency-bound on instruction issue at ~1 TB/s on the H200
+// (evidence/ncu_h200_b7b8a71_*: 0.34 issued a cycle a scheduler, DRAM 24% busy). The same expressions on
+// the same values in the same warp order (fmaf of l and A as merge_warps_store contracts them): the same bits
+// (kernel-check's "attn merge factors == per element bitwise").
+#ifndef BW24_ATTN_MERGE_FACTORS
+#define BW24_ATTN_MERGE_FACTORS 1
+#endif
 
+// The whole merge of a block's WARPS warps for its gc heads (h0: the row index t * H + the block's first head),
+// called by every thread of the block after the barrier that publishes sm_m, sm_l and acc.
+template <int WARPS, int GH, int DVH>
+__device__ __forceinline__ void merge_block(const float (*sm_m)[GH], const float (*sm_l)[GH], const float (*acc)[GH][DVH],
+                                            int gc, i64 h0, int nsplit, int s, bool single, int lane,
+                                            float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs,
+                                            float* __restrict__ part_ml, float* __restrict__ part_acc) {
+#if BW24_ATTN_MERGE_FACTORS
+    __shared__ float sm_f[WARPS][GH], sm_ML[GH][2];
+    for (int g = threadIdx.x; g < gc; g += WARPS * 32) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < WARPS; ++u) M = fmaxf(M, sm_m[u][g]);
+        float L = 0.f;
+#pragma unroll
+        for (int u = 0; u < WARPS; ++u) {
+#ifdef BW24_PLANTED_MERGEF  // kernel_check canary: the last warp's keys left out of the merge
+            const float f = u == WARPS - 1 || sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
+#else
+            const float f = sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
+#endif
+            sm_f[u][g] = f;
+            L += sm_l[u][g] * f;
+        }
+        sm_ML[g][0] = M;
+        sm_ML[g][1] = L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < gc * DVH; i += WARPS * 32) {
+        const int g = i / DVH, d = i % DVH;
+        float A = 0.f;
+#pragma unroll
+        for (int u = 0; u < WARPS; ++u) A += acc[u][g][d] * sm_f[u][g];
+        merge_put<DVH>(sm_ML[g][0], sm_ML[g][1], A, d, h0 + g, nsplit, s, single, lane, out, xq, xs, part_ml,
+                       part_acc);
+    }
+#else
+    for (int i = threadIdx.x; i < gc * DVH; i += WARPS * 32)
+        merge_warps_store<WARPS, GH, DVH>(sm_m, sm_l, acc, i / DVH, i % DVH, h0 + i / DVH, nsplit, s, single, lane, out,
+                                          xq, xs, part_ml, part_acc);
+#endif
+}

@@ -357,6 +357,16 @@ class CudaOps(Ops):
     # the 8B +1.2%); BW24_ATTN_DEC_EARLY=0 turns it off (perf rows "no_attn_dec_early").
     attn_dec_early_env = os.environ.get("BW24_ATTN_DEC_EARLY", "1")
     attn_dec_early = attn_dec_early_env != "0"
+    # Blocks an SM the tensor-core attention is built to fit (attention_dec_mma.cu DM_MIN_BLOCKS, why there; registers
+    # and spills only, the same bits): 1..4; unset or 0: the kernel's rule (3 with the pipe, 4 without); perf rows
+    # "attn_dec_bounds_N".
+    attn_dec_bounds_env = os.environ.get("BW24_ATTN_DEC_BOUNDS", "0")
+    attn_dec_bounds = 0  # the value __init__ checked
+    # The attention blocks' merge of their warps with each head's factors worked out once (attn_chunk.cuh
+    # BW24_ATTN_MERGE_FACTORS, why there; the same bits). The default; BW24_ATTN_MERGE_FACTORS=0 merges per element as
+    # before (perf rows "no_attn_merge_factors").
+    attn_merge_factors_env = os.environ.get("BW24_ATTN_MERGE_FACTORS", "1")
+    attn_merge_factors = attn_merge_factors_env != "0"
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -507,6 +517,8 @@ class CudaOps(Ops):
                                       ("no_attn_dec_mma", self.attn_dec_mma_env == "0"),
                                       ("no_attn_dec_pipe", not self.attn_dec_pipe),
                                       ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
+                                      (f"attn_dec_bounds_{self.attn_dec_bounds_env}", self.attn_dec_bounds_env != "0"),
+                                      ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
@@ -585,8 +597,14 @@ class CudaOps(Ops):
                 ("BW24_MOE_ROUTER_NORM", self.moe_router_norm_env, "a MoE block's input RMSNorm inside the router's "
                  "launch", False),
                 ("BW24_ATTN_DEC_EARLY", self.attn_dec_early_env, "the tensor-core attention's first tiles of older "
-                 "cache rows before the PDL wait", True)):
+                 "cache rows before the PDL wait", True),
+                ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
+                 "factors worked out once", True)):
             _check_switch(var, value, on, default_on)
+        if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
+            raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
+                             "attention is built to fit); 0 or unset: its rule, 3 with the pipe and 4 without")
+        self.attn_dec_bounds = int(self.attn_dec_bounds_env)
         if self.norm_ahead_env not in (None, "0", "1"):
             raise ValueError(f"BW24_NORM_AHEAD={self.norm_ahead_env!r}: use 1 (a dense block's RMSNorm inside the matvecs "
                              f"on either side of it) or 0 (off); unset: on for dense models of at most "
@@ -654,6 +672,8 @@ class CudaOps(Ops):
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decearly": (("BW24_PLANTED_DECEARLY", 1),),
+                   "planted_mergef": (("BW24_PLANTED_MERGEF", 1),),
+                   "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
@@ -672,6 +692,10 @@ class CudaOps(Ops):
             defines += (("BW24_DEC_MMA_PIPE", 1),)
             if self.attn_dec_early:  # (the pipe's stages hold the early tiles: nothing without it)
                 defines += (("BW24_DEC_MMA_EARLY", 1),)
+        if self.attn_dec_bounds and file == "attention_dec_mma.cu":
+            defines += (("DM_MIN_BLOCKS", self.attn_dec_bounds),)
+        if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
+            defines += (("BW24_ATTN_MERGE_FACTORS", 0),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)
             defines += (("BW24_ATTN_SHORT", self.attn_short),)
         if self.attn_fill > 1 and file == "attention.cu":

@@ -41,3 +41,24 @@ def test_unit_router_weights_reach_the_tolerance():
     tolerance on some of the same seeds."""
     errs = np.array([_weights_error(None, s) for s in range(300)])
     assert np.nanmax(errs) > 1e-5, np.nanmax(errs)
+
+
+def test_kernel_names_sees_the_launches_built_with_their_own_defines():
+    """kernel_cases_q8.kernel_names records every kernel a call asks for, those asked through _k and those the q8
+    launchers ask through _k_with with a launch's own defines (at def966d it watched _k alone, and the `norm ahead`
+    cases, whose qmv8_na / qmv8_3n launches go through _k_with, went red on the H200 at aee9d2f); the backend's
+    method is its own again afterwards."""
+    from bw24.engine.kernel_cases_q8 import kernel_names
+
+    class Fake:
+        def _k(self, file, name):
+            return self._k_with(file, name, ())
+
+        def _k_with(self, file, name, extra):
+            return (file, name, extra)
+
+    cu = Fake()
+    names = kernel_names(cu, lambda: (cu._k("qmatvec_q8.cu", "quantize_x"),
+                                      cu._k_with("qmatvec_q8.cu", "qmv8_na<7,4,4,1>", (("QMV8_DECODE_LOADS", 4),))))
+    assert names == ["quantize_x", "qmv8_na<7,4,4,1>"]
+    assert "_k_with" not in vars(cu) and cu._k("a.cu", "k") == ("a.cu", "k", ())

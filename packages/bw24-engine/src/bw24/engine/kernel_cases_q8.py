@@ -230,14 +230,20 @@ def count_launches(cu, fn) -> int:
 
 
 def kernel_names(cu, fn) -> list[str]:
-    """The kernel names fn() asks cu for, in order (which path a call took)."""
+    """The kernel names fn() asks cu for, in order (which path a call took). Through _k_with, which _k calls and the
+    q8 launchers call directly with a launch's own defines (def966d: a decode launch's QMV8_DECODE_LOADS): at
+    def966d this watched _k alone, and the 4 `norm ahead` cases saw none of their qmv8_na / qmv8_3n launches and
+    went red on the H200 at aee9d2f (evidence/kernel_check_h200_aee9d2f.log)."""
     names = []
-    orig = cu._k
-    cu._k = lambda f, n, *a, **kw: (names.append(n), orig(f, n, *a, **kw))[1]
+    had, orig = "_k_with" in vars(cu), cu._k_with
+    cu._k_with = lambda f, n, *a, **kw: (names.append(n), orig(f, n, *a, **kw))[1]
     try:
         fn()
     finally:
-        cu._k = orig
+        if had:
+            cu._k_with = orig
+        else:
+            del cu._k_with  # (the class's method again)
     return names
 
 

@@ -59,7 +59,7 @@ def _scratch_ops():
     ops.cp = SimpleNamespace(empty=lambda n, dtype: np.empty(n, dtype), zeros=lambda n, dtype: np.zeros(n, dtype),
                              get_default_memory_pool=lambda: pool)
     ops.stream, ops._scratch, ops._scratch_gen, ops._capturing = nullcontext(), {}, 0, False
-    ops._scratch_outer, ops.scratch_peak = [], 0
+    ops._scratch_outer, ops.scratch_peak, ops._rope_tabs = [], 0, {}
     return ops, released
 
 
@@ -96,6 +96,40 @@ def test_the_gates_exact_half_drops_its_own_scratch(monkeypatch):
     line = memory.report(p, 10 * g, 0, {"gemm_wh": 4000}, ops.scratch_peak)
     assert "; scratch 0.000 GiB, largest gemm_wh 0.000; scratch peak 0.000 GiB; planned" in line
     assert "scratch peak" not in memory.report(p, 10 * g, 0, {"gemm_wh": 4000}, 4000)  # peak = held: not said
+
+
+def test_the_gates_exact_half_builds_its_own_rope_tables_and_leaves_the_outer_ones_built():
+    """The rope tables (norm.rope_table) live in the scratch, and CudaOps._rope_tabs records the positions built
+    in them: exact_activations swaps the record with the scratch. A table built before the block is built again
+    inside it, into the block's own array (at aee9d2f the block saw it marked built, took a fresh uninitialized
+    array and never built it: NaN on the H200); after the block the outer table is used as it was, unbuilt again,
+    and a table first built inside the block is built again outside. Fake CuPy: no GPU needed."""
+    from types import SimpleNamespace
+
+    from bw24.engine.ops.cuda import norm
+
+    ops, _ = _scratch_ops()
+    ops.qmv_configs, ops.prefill_precision, ops.prefill_graphs = SimpleNamespace(force_path=None), "fp16", True
+    built: list[tuple[int, int]] = []  # (the table's array, positions) of each build launch
+    ops._k = lambda f, n: n
+    ops._launch = lambda fn, grid, block, args: built.append((id(ops._scratch[next(iter(
+        k for k in ops._scratch if k.startswith("rope_tab:")))]), int(args[1])))
+    outer = norm.rope_table(ops, 1e6, 1.0, 128, 64)
+    assert len(built) == 1 and built[0][1] == 64
+    with ops.exact_activations():
+        inner = norm.rope_table(ops, 1e6, 1.0, 128, 64)
+        assert len(built) == 2 and built[1] == (id(ops._scratch["rope_tab:1000000.0:1.0:128"]), 64)
+        assert inner.base is not outer.base
+    again = norm.rope_table(ops, 1e6, 1.0, 128, 64)
+    assert len(built) == 2 and again.base is outer.base  # the outer table, as built before the block
+    ops2, _ = _scratch_ops()
+    ops2.qmv_configs, ops2.prefill_precision, ops2.prefill_graphs = SimpleNamespace(force_path=None), "fp16", True
+    n2: list[int] = []
+    ops2._k, ops2._launch = (lambda f, n: n), (lambda fn, grid, block, args: n2.append(int(args[1])))
+    with ops2.exact_activations():
+        norm.rope_table(ops2, 1e4, 1.0, 64, 32)
+    norm.rope_table(ops2, 1e4, 1.0, 64, 32)
+    assert n2 == [32, 32]  # first built inside the block, then again for the outer scratch
 
 
 @pytest.mark.parametrize("value", [None, "1", "0"])

@@ -129,16 +129,22 @@ class CudaOps(Ops):
         # the split GEMMs' low halves and the host-planned experts' gathered rows are the gate's alone, and kept
         # they stayed in what the engine held for generation (the 30B-A3B's long gate: 0.81 GiB of scratch at
         # fb470bb, over gguf + KV + 1 GiB). Nothing captured holds them: the block's calls are eager.
+        # The rope tables (norm.rope_table) live in the scratch too, and _rope_tabs records the positions built in
+        # them: it goes with its scratch. Swapped with the scratch alone (2e5c4eb), the block found a table marked
+        # built, took a fresh uninitialized array for it and never built it: the H200's GPU pytest at aee9d2f, the
+        # MoE tiny model's exact half after its decode steps (NaN router logits, no expert picked, an illegal
+        # address; evidence/pytest_gpu_h200_aee9d2f.log). Its own record in the block: it builds its own tables.
         outer = getattr(self, "_scratch", None)
         if outer is not None:
             self._scratch_outer = [*self._scratch_outer, outer]
             self._scratch, self._q8_ready = {}, None
+            outer_tabs, self._rope_tabs = self._rope_tabs, {}
         try:
             yield
         finally:
             self.qmv_configs.force_path, self.prefill_precision, self.prefill_graphs = old
             if outer is not None:
-                self._scratch, self._q8_ready = outer, None
+                self._scratch, self._q8_ready, self._rope_tabs = outer, None, outer_tabs
                 self._scratch_outer = self._scratch_outer[:-1]
                 self._release_pool()  # the block's arrays back to the driver, not left cached in CuPy's pool
 

@@ -942,6 +942,32 @@ def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_atten
             assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
+def test_dec_unroll_is_opt_in_refused_or_recorded_and_built_for_the_tensor_core_attention_alone(tmp_path, monkeypatch,
+                                                                                                 helpers):
+    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole): off by default, bad values refused by name,
+    perf rows say attn_dec_unroll when on; attention_dec_mma.cu alone gets the define and the planted canary's macro;
+    the 32B's, the 8B's and a D = 64 instance compile with it, with and without the pipe, and the canary's build."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    helpers.opt_in_switch(monkeypatch, "attn_dec_unroll", "attn_dec_unroll_env", "BW24_ATTN_DEC_UNROLL",
+                          "attn_dec_unroll", "planted_decunroll", "BW24_PLANTED_DECUNROLL", "attention_dec_mma.cu",
+                          "attention.cu")
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant = False, ""
+    assert ("BW24_DEC_MMA_COPY_UNROLL", 1) not in ops.kernel_defines("attention_dec_mma.cu")
+    ops.attn_dec_unroll = True
+    assert ("BW24_DEC_MMA_COPY_UNROLL", 1) in ops.kernel_defines("attention_dec_mma.cu")
+    assert not any(d[0] == "BW24_DEC_MMA_COPY_UNROLL" for d in ops.kernel_defines("attention.cu"))
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<64,64,7,32>")
+    for extra in ({"BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}, {}, {"BW24_PLANTED_DECUNROLL": 1}):
+        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a",
+                           defines={"BW24_PDL": 1, "BW24_DEC_MMA_COPY_UNROLL": 1, **extra}, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
 def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
     (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""

@@ -151,6 +151,12 @@ def test_attention_dec_bounds_cases_green_and_a_dropped_key_red():
     _green_then_red(83, "attn dec bounds", "planted_decbounds", "attn dec bounds == 4", 10)
 
 
+def test_attention_dec_unroll_cases_green_and_an_uncopied_round_red():
+    """BW24_ATTN_DEC_UNROLL's cases (attn_dec_mma's tile copies unrolled whole: the loop's bits through the pipe and
+    without it) are green; the planted copy that leaves its last round of rows uncopied turns all 7 red."""
+    _green_then_red(97, "attn dec unroll", "planted_decunroll", "attn dec unroll == loop", 7)
+
+
 def test_moe_router_norm_cases_green_and_an_unwritten_share_red():
     """BW24_MOE_ROUTER_NORM's cases (the MoE block's input RMSNorm inside the router's launch: the unfused launches'
     bits, the fused launch checked to have run) are green; the planted kernel whose last block leaves its share of x

@@ -532,6 +532,18 @@ def dec_bounds_cases() -> Iterator[tuple[str, Case]]:
     yield from tile_bits_cases("attn_dec_bounds", "attn dec bounds == 4 bitwise 2", DEC_BUILD_SHAPES, values=(4, 2))
 
 
+def dec_unroll_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole): the loop's bits, twice in a row, at
+    DEC_BUILD_SHAPES through the pipe (cp.async, the default), and at two of them without it (the plain loop's copies
+    through registers). The planted_decunroll canary (the unrolled copy's last round of rows never copied) turns all 7
+    red."""
+    yield from tile_bits_cases("attn_dec_unroll", "attn dec unroll == loop bitwise", DEC_BUILD_SHAPES)
+    no_pipe = _with("attn_dec_pipe", "", False)
+    for name, case in tile_bits_cases("attn_dec_unroll", "attn dec unroll == loop bitwise no pipe",
+                                      (DEC_BUILD_SHAPES[0], DEC_BUILD_SHAPES[2])):
+        yield name, no_pipe(case)
+
+
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
 
 # A kernel ahead that writes a step's new cache rows late: it opens as every bw24 kernel does (common.cuh PDL_OPEN),
@@ -794,6 +806,7 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield from dec_early_cases()
     yield from merge_factors_cases()
     yield from dec_bounds_cases()
+    yield from dec_unroll_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -63,6 +63,16 @@
 // spilled 40 bytes a thread (ptxas -v, sm_90); for 3 it takes 138 and spills none, at the occupancy the pipe's
 // shared memory allows. Registers and spills only: the same arithmetic, the same bits (kernel-check's "attn dec
 // bounds == 4 bitwise").
+// BW24_DEC_MMA_COPY_UNROLL (ops/cuda/backend.py attn_dec_unroll; opt-in, BW24_ATTN_DEC_UNROLL=1): the tiles' copy loop
+// (dm_copy_rows) with a compile-time trip count, unrolled whole. Why: the loop's bound is a constant but its start,
+// threadIdx.x, is not known to be < DM_WARPS * 32, so the compiler kept loops with remainders: two copies 2 to 68
+// instructions apart (cuobjdump -sass, sm_90, CUDA 13.0), in a kernel that issues only ~0.34 instructions a cycle a
+// scheduler (evidence/ncu_h200_b7b8a71_*). Unrolled, they sit mostly 1-3 apart, and the 8B's instance is 1,952
+// instructions long against 2,408. The same chunks land in the same rows: the same bits (kernel-check's "attn dec
+// unroll == loop bitwise").
+#ifndef BW24_DEC_MMA_COPY_UNROLL
+#define BW24_DEC_MMA_COPY_UNROLL 0
+#endif
 #ifndef DM_MIN_BLOCKS
 #define DM_MIN_BLOCKS (BW24_DEC_MMA_PIPE ? 3 : 4)
 #endif
@@ -84,14 +94,30 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // by 16-byte loads through registers, or (async) by cp.async, for the caller to commit and wait on.
 template <int DIM, int P>
 __device__ __forceinline__ void dm_copy_rows(__half (*rows)[P], const __half* base, int jt, int j1, bool async) {
-    for (int idx = threadIdx.x; idx < DM_KT * DIM / 8; idx += DM_WARPS * 32) {
-        const int r = idx / (DIM / 8), x = idx % (DIM / 8), j = jt + r;
+    const auto copy = [&](int r, int x) {  // row r's 16-byte chunk x
+        const int j = jt + r;
         if (async)
             cp_async16(&rows[r][8 * x], reinterpret_cast<const uint4*>(base + (i64)min(j, j1 - 1) * DIM) + x, j < j1);
         else
             *reinterpret_cast<uint4*>(&rows[r][8 * x]) =
                 j < j1 ? __ldg(reinterpret_cast<const uint4*>(base + (i64)j * DIM) + x) : make_uint4(0, 0, 0, 0);
-    }
+    };
+#if BW24_DEC_MMA_COPY_UNROLL
+    // The same chunks a thread (idx = threadIdx.x + it * DM_WARPS * 32) with a compile-time trip count, which the loop
+    // below cannot have (it does not know threadIdx.x < DM_WARPS * 32): unrolled whole, x fixed, the row stepping.
+    static_assert((DM_KT * DIM / 8) % (DM_WARPS * 32) == 0 && (DM_WARPS * 32) % (DIM / 8) == 0, "whole rounds");
+    constexpr int ROUNDS = DM_KT * DIM / 8 / (DM_WARPS * 32), STEP = DM_WARPS * 32 / (DIM / 8);
+    const int x = threadIdx.x % (DIM / 8), r0 = threadIdx.x / (DIM / 8);
+#ifdef BW24_PLANTED_DECUNROLL  // kernel_check canary: the last round's rows (56..63 of a tile at D = 128) never copied
+    constexpr int LAST = ROUNDS - 1;
+#else
+    constexpr int LAST = ROUNDS;
+#endif
+#pragma unroll
+    for (int it = 0; it < LAST; ++it) copy(r0 + it * STEP, x);
+#else
+    for (int idx = threadIdx.x; idx < DM_KT * DIM / 8; idx += DM_WARPS * 32) copy(idx / (DIM / 8), idx % (DIM / 8));
+#endif
 }
 
 // A tile's K rows, then its V rows.

@@ -373,6 +373,10 @@ class CudaOps(Ops):
     # before (perf rows "no_attn_merge_factors").
     attn_merge_factors_env = os.environ.get("BW24_ATTN_MERGE_FACTORS", "1")
     attn_merge_factors = attn_merge_factors_env != "0"
+    # The tensor-core attention's tile copies unrolled whole (attention_dec_mma.cu BW24_DEC_MMA_COPY_UNROLL, why there;
+    # the same bits). Opt-in (BW24_ATTN_DEC_UNROLL=1; perf rows "attn_dec_unroll") until the H200 has timed it.
+    attn_dec_unroll_env = os.environ.get("BW24_ATTN_DEC_UNROLL", "0")
+    attn_dec_unroll = attn_dec_unroll_env == "1"
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -525,6 +529,7 @@ class CudaOps(Ops):
                                       ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
                                       (f"attn_dec_bounds_{self.attn_dec_bounds_env}", self.attn_dec_bounds_env != "0"),
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
+                                      ("attn_dec_unroll", self.attn_dec_unroll),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
@@ -605,7 +610,9 @@ class CudaOps(Ops):
                 ("BW24_ATTN_DEC_EARLY", self.attn_dec_early_env, "the tensor-core attention's first tiles of older "
                  "cache rows before the PDL wait", True),
                 ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
-                 "factors worked out once", True)):
+                 "factors worked out once", True),
+                ("BW24_ATTN_DEC_UNROLL", self.attn_dec_unroll_env, "the tensor-core attention's tile copies unrolled "
+                 "whole", False)):
             _check_switch(var, value, on, default_on)
         if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
             raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
@@ -680,6 +687,7 @@ class CudaOps(Ops):
                    "planted_decearly": (("BW24_PLANTED_DECEARLY", 1),),
                    "planted_mergef": (("BW24_PLANTED_MERGEF", 1),),
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
+                   "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
@@ -700,6 +708,8 @@ class CudaOps(Ops):
                 defines += (("BW24_DEC_MMA_EARLY", 1),)
         if self.attn_dec_bounds and file == "attention_dec_mma.cu":
             defines += (("DM_MIN_BLOCKS", self.attn_dec_bounds),)
+        if self.attn_dec_unroll and file == "attention_dec_mma.cu":
+            defines += (("BW24_DEC_MMA_COPY_UNROLL", 1),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
             defines += (("BW24_ATTN_MERGE_FACTORS", 0),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)

@@ -968,6 +968,32 @@ def test_dec_unroll_is_opt_in_refused_or_recorded_and_built_for_the_tensor_core_
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
+def test_combine_once_is_opt_in_refused_or_recorded_and_built_for_attention_alone(tmp_path, monkeypatch, helpers):
+    """BW24_ATTN_COMBINE_ONCE (pass 2's partials in batches, each thread's own (m, l) kept): off by default, bad values
+    refused by name, perf rows say attn_combine_once when on; attention.cu alone gets the define and the canary's
+    macro; attn_combine and attn_split (whose fused pass 2 inlines the same code) compile with it, with the 32-wide
+    and the 8-wide unroll beside, and the canary's build."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    helpers.opt_in_switch(monkeypatch, "attn_combine_once", "attn_combine_once_env", "BW24_ATTN_COMBINE_ONCE",
+                          "attn_combine_once", "planted_combineonce", "BW24_PLANTED_COMBINEONCE", "attention.cu",
+                          "attention_dec_mma.cu")
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant = False, ""
+    assert ("BW24_COMBINE_ONCE", 1) not in ops.kernel_defines("attention.cu")
+    ops.attn_combine_once = True
+    assert ("BW24_COMBINE_ONCE", 1) in ops.kernel_defines("attention.cu")
+    assert not any(d[0] == "BW24_COMBINE_ONCE" for d in ops.kernel_defines("attention_dec_mma.cu"))
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("attn_combine", "attn_split<128,128,4,32,__half>", "attn_split<256,256,4,32>")
+    for extra in ({"BW24_PDL": 1}, {"BW24_COMBINE_UNROLL": 8}, {"BW24_PLANTED_COMBINEONCE": 1}):
+        ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines={"BW24_COMBINE_ONCE": 1, **extra},
+                           name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
 def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
     (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""

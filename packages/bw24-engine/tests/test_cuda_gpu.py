@@ -157,6 +157,13 @@ def test_attention_dec_unroll_cases_green_and_an_uncopied_round_red():
     _green_then_red(97, "attn dec unroll", "planted_decunroll", "attn dec unroll == loop", 7)
 
 
+def test_attention_combine_once_cases_green_and_a_shifted_weight_red():
+    """BW24_ATTN_COMBINE_ONCE's cases (pass 2's partials in batches, each thread's own (m, l) kept: the unrolled
+    loop's bits behind attn_split, its fused pass 2 and attn_dec_mma) are green; the planted batch that weights its
+    last split by the split before it turns all 8 red."""
+    _green_then_red(101, "attn combine once", "planted_combineonce", "attn combine once == unrolled", 8)
+
+
 def test_moe_router_norm_cases_green_and_an_unwritten_share_red():
     """BW24_MOE_ROUTER_NORM's cases (the MoE block's input RMSNorm inside the router's launch: the unfused launches'
     bits, the fused launch checked to have run) are green; the planted kernel whose last block leaves its share of x

@@ -377,6 +377,10 @@ class CudaOps(Ops):
     # the same bits). Opt-in (BW24_ATTN_DEC_UNROLL=1; perf rows "attn_dec_unroll") until the H200 has timed it.
     attn_dec_unroll_env = os.environ.get("BW24_ATTN_DEC_UNROLL", "0")
     attn_dec_unroll = attn_dec_unroll_env == "1"
+    # Attention's pass 2 with two dependent L2 round trips fewer at 33 splits (attention.cu BW24_COMBINE_ONCE, why there;
+    # the same bits). Opt-in (BW24_ATTN_COMBINE_ONCE=1; perf rows "attn_combine_once") until the H200 has timed it.
+    attn_combine_once_env = os.environ.get("BW24_ATTN_COMBINE_ONCE", "0")
+    attn_combine_once = attn_combine_once_env == "1"
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -530,6 +534,7 @@ class CudaOps(Ops):
                                       (f"attn_dec_bounds_{self.attn_dec_bounds_env}", self.attn_dec_bounds_env != "0"),
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("attn_dec_unroll", self.attn_dec_unroll),
+                                      ("attn_combine_once", self.attn_combine_once),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
@@ -612,7 +617,9 @@ class CudaOps(Ops):
                 ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
                  "factors worked out once", True),
                 ("BW24_ATTN_DEC_UNROLL", self.attn_dec_unroll_env, "the tensor-core attention's tile copies unrolled "
-                 "whole", False)):
+                 "whole", False),
+                ("BW24_ATTN_COMBINE_ONCE", self.attn_combine_once_env, "attention's pass 2 with its partials' loads "
+                 "in one batch and no second (m, l) read", False)):
             _check_switch(var, value, on, default_on)
         if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
             raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
@@ -688,6 +695,7 @@ class CudaOps(Ops):
                    "planted_mergef": (("BW24_PLANTED_MERGEF", 1),),
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
+                   "planted_combineonce": (("BW24_PLANTED_COMBINEONCE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
@@ -710,6 +718,8 @@ class CudaOps(Ops):
             defines += (("DM_MIN_BLOCKS", self.attn_dec_bounds),)
         if self.attn_dec_unroll and file == "attention_dec_mma.cu":
             defines += (("BW24_DEC_MMA_COPY_UNROLL", 1),)
+        if self.attn_combine_once and file == "attention.cu":
+            defines += (("BW24_COMBINE_ONCE", 1),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
             defines += (("BW24_ATTN_MERGE_FACTORS", 0),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)

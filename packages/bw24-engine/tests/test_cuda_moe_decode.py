@@ -836,7 +836,10 @@ class RouterNormStub:
     def to_host(self, a):
         return np.array(a)
 
-    def _k(self, file, name):
+    def _k(self, file, name):  # (as CudaOps._k: through _k_with, which kernel_cases_q8.kernel_names watches)
+        return self._k_with(file, name, ())
+
+    def _k_with(self, file, name, extra):
         return name
 
     def norm_moe(self, h, norm, eps, router, *experts, x, **kw):

@@ -1079,13 +1079,13 @@ def test_a_tuning_dir_without_this_devices_table_is_an_error(monkeypatch, tmp_pa
     from gguf.constants import GGMLQuantizationType as Q
 
     monkeypatch.setattr(rt, "device_info", lambda: SimpleNamespace(name="NVIDIA H200", cc=(9, 0)))
-    monkeypatch.setattr(launch, "TUNING_DIR", tmp_path)
-    monkeypatch.setenv("BW24_TUNING_DIR", str(tmp_path))
+    monkeypatch.setattr(launch, "TUNING_DIR", tmp_path)  # (as BW24_TUNING_DIR=tmp_path sets them at import)
+    monkeypatch.setattr(launch, "TUNING_DIR_ENV", str(tmp_path))
     with pytest.raises(ValueError, match="BW24_TUNING_DIR=.* has no nvidia-h200-sm90.json"):
         launch.QmvConfigs.for_device()
     (tmp_path / "nvidia-h200-sm90.json").write_text((launch.Path(launch.__file__).parents[2] / "tuning" /
                                                      "nvidia-h200-sm90.json").read_text())
     assert launch.QmvConfigs.for_device().plan(Q.Q4_K, 4096, 12288) == ("q8", 2, 4)
-    monkeypatch.delenv("BW24_TUNING_DIR")
+    monkeypatch.setattr(launch, "TUNING_DIR_ENV", None)
     (tmp_path / "nvidia-h200-sm90.json").unlink()
     assert launch.QmvConfigs.for_device(warn=lambda m: None).tuning.note.startswith("built-in defaults")

@@ -157,9 +157,9 @@ __device__ __forceinline__ void dm_tile_math(const __half (*ks)[KP], const __hal
             const int j = jt + k0 + nt * 8 + 2 * c + e;
             float v = sc[nt][e];
             if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-#ifdef BW24_PLANTED_DECMMA  // kernel_check canary: the first key of every warp's 16 dropped
-            v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
-#elif defined(BW24_PLANTED_DECBOUNDS) && DM_MIN_BLOCKS != 4  // canary: the same, in a build for other than 4 blocks
+// kernel_check canaries: the first key of every warp's 16 dropped (planted_decmma; planted_decbounds: in a build for
+// other than 4 blocks an SM only)
+#if defined(BW24_PLANTED_DECMMA) || (defined(BW24_PLANTED_DECBOUNDS) && DM_MIN_BLOCKS != 4)
             v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
 #else
             v = j < j1 ? v : -INFINITY;

@@ -22,7 +22,7 @@ from . import attn as _attn
 from . import norm as _norm
 from . import prefill as _prefill
 from .kernels import ATTN_SHAPES, QMV_NT, get_kernel, names_macro
-from .launch import DRAFT_Q8_MIN_K, Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, QmvConfigs
+from .launch import DRAFT_Q8_MIN_K, Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, TUNING_DIR_ENV, QmvConfigs
 from .prefill import PRECISIONS
 from .q8 import QMV8_LOADS
 from .repack import UnsupportedWeightError
@@ -508,7 +508,7 @@ class CudaOps(Ops):
     # QMV8_LOADS, forces N for every weight (0: the loop as before everywhere; perf rows "qmv8_loads_N").
     qmv8_loads_env = os.environ.get("BW24_QMV8_LOADS")
     qmv8_loads: int | None = None  # the value __init__ checked; None: the table's (a sweep may set one on an instance)
-    tuning_dir_env = os.environ.get("BW24_TUNING_DIR")  # (ops/cuda/launch.py TUNING_DIR; perf rows "tuning_dir")
+    tuning_dir_env = TUNING_DIR_ENV  # (ops/cuda/launch.py TUNING_DIR; perf rows "tuning_dir")
 
     def opt_in(self) -> list[str]:
         """The paths that differ from the defaults, by environment: opt-ins on, and "no_" + a default

@@ -23,7 +23,8 @@ from gguf.constants import GGMLQuantizationType as Q
 
 # The per-device tables (bw24.probe writes them). BW24_TUNING_DIR=PATH reads this device's table from PATH instead (an
 # A/B against another table, e.g. evidence/tuning_h200_4f3a865/, the table before the loads; perf rows then record "tuning_dir").
-TUNING_DIR = Path(os.environ.get("BW24_TUNING_DIR") or Path(__file__).resolve().parents[2] / "tuning")
+TUNING_DIR_ENV = os.environ.get("BW24_TUNING_DIR")  # (read once: for_device's check and the perf rows' label use it)
+TUNING_DIR = Path(TUNING_DIR_ENV or Path(__file__).resolve().parents[2] / "tuning")
 QMV_SPACE = {"warps": [1, 2, 4, 8], "rows": [1, 2, 4, 8, 16]}
 PATHS = ("f32", "q8")
 Q8_TYPES = frozenset(q.name for q in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K))
@@ -141,9 +142,9 @@ class QmvConfigs:
 
         d = device_info()
         key = device_key(d.name, d.cc)
-        if os.environ.get("BW24_TUNING_DIR") and not (TUNING_DIR / f"{key}.json").is_file():
+        if TUNING_DIR_ENV and not (TUNING_DIR / f"{key}.json").is_file():
             # an A/B against a table that is not there would run the built-in defaults under that name
-            raise ValueError(f"BW24_TUNING_DIR={os.environ['BW24_TUNING_DIR']!r} has no {key}.json for this device")
+            raise ValueError(f"BW24_TUNING_DIR={TUNING_DIR_ENV!r} has no {key}.json for this device")
         return cls(load_tuning(TUNING_DIR, key, warn=warn))
 
     def _entry(self, name: str, n: int, k: int) -> dict:

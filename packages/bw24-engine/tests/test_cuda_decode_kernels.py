@@ -942,42 +942,35 @@ def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_atten
             assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-# (CudaOps flag, its variable, perf label = flag, planted variant, canary macro, define, file, other file, names, builds)
-ATTN_OPT_INS = (
-    ("attn_dec_unroll", "BW24_ATTN_DEC_UNROLL", "planted_decunroll", "BW24_PLANTED_DECUNROLL", "BW24_DEC_MMA_COPY_UNROLL",
-     "attention_dec_mma.cu", "attention.cu",
-     ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<64,64,7,32>"),
-     ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}, {"BW24_PDL": 1},
-      {"BW24_PDL": 1, "BW24_PLANTED_DECUNROLL": 1})),
-    ("attn_combine_once", "BW24_ATTN_COMBINE_ONCE", "planted_combineonce", "BW24_PLANTED_COMBINEONCE",
-     "BW24_COMBINE_ONCE", "attention.cu", "attention_dec_mma.cu",
-     ("attn_combine", "attn_split<128,128,4,32,__half>", "attn_split<256,256,4,32>"),
-     ({"BW24_PDL": 1}, {"BW24_COMBINE_UNROLL": 8}, {"BW24_PLANTED_COMBINEONCE": 1})),
-)
-
-
-@pytest.mark.parametrize("opt", ATTN_OPT_INS, ids=[o[0] for o in ATTN_OPT_INS])
-def test_attention_opt_ins_refused_or_recorded_and_built_for_their_file_alone(opt, tmp_path, monkeypatch, helpers):
-    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole) and BW24_ATTN_COMBINE_ONCE (pass 2's partials in
-    batches, each thread's own (m, l) kept): off by default, bad values refused by name, perf rows naming each when on;
-    its file alone gets the define and the planted canary's macro; its instances compile with it: the 32B's, the 8B's
-    and a D = 64 attn_dec_mma with and without the pipe; attn_combine and attn_split (whose fused pass 2 inlines the
-    same code, at DV = 256 too) beside the 8-wide unroll; and each canary's build."""
+def test_dec_unroll_is_the_default_refused_or_recorded_and_built_for_its_file_alone(tmp_path, monkeypatch, helpers):
+    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole): on by default with no define (the kernel's
+    own default); 0 builds the loop (BW24_DEC_MMA_COPY_UNROLL=0) into attention_dec_mma.cu alone and perf rows say
+    no_attn_dec_unroll; another value is an error naming the variable; the planted canary's macro reaches that file
+    alone; the 32B's, the 8B's and a D = 64 instance compile unrolled with and without the pipe, as the loop, and as
+    the canary."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
 
-    flag, var, planted, macro, define, file, other_file, names, builds = opt
-    helpers.opt_in_switch(monkeypatch, flag, f"{flag}_env", var, flag, planted, macro, file, other_file)
+    assert CudaOps.attn_dec_unroll is True and CudaOps.attn_dec_unroll_env == "1"
+    helpers.env_switch_refuses(monkeypatch, "attn_dec_unroll_env", "BW24_ATTN_DEC_UNROLL")
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant = False, ""
-    assert (define, 1) not in ops.kernel_defines(file)
-    setattr(ops, flag, True)
-    assert (define, 1) in ops.kernel_defines(file)
-    assert not any(d[0] == define for d in ops.kernel_defines(other_file))
+    assert "no_attn_dec_unroll" not in CudaOps.opt_in(ops)
+    assert not any(d[0] == "BW24_DEC_MMA_COPY_UNROLL" for f in ("attention.cu", "attention_dec_mma.cu")
+                   for d in ops.kernel_defines(f))
+    ops.attn_dec_unroll = False
+    assert "no_attn_dec_unroll" in CudaOps.opt_in(ops)
+    assert ("BW24_DEC_MMA_COPY_UNROLL", 0) in ops.kernel_defines("attention_dec_mma.cu")
+    assert not any(d[0] == "BW24_DEC_MMA_COPY_UNROLL" for d in ops.kernel_defines("attention.cu"))
+    ops.variant = "planted_decunroll"
+    assert ("BW24_PLANTED_DECUNROLL", 1) in ops.kernel_defines("attention_dec_mma.cu")
+    assert ("BW24_PLANTED_DECUNROLL", 1) not in ops.kernel_defines("attention.cu")
     monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    for extra in builds:
-        ck = compile_cubin(KERNEL_DIR / file, "90a", defines={define: 1, **extra}, name_expressions=names)
+    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<64,64,7,32>")
+    for defines in ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}, {"BW24_PDL": 1},
+                    {"BW24_PDL": 1, "BW24_DEC_MMA_COPY_UNROLL": 0}, {"BW24_PDL": 1, "BW24_PLANTED_DECUNROLL": 1}):
+        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", defines=defines, name_expressions=names)
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 

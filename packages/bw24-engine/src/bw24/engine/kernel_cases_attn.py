@@ -533,32 +533,15 @@ def dec_bounds_cases() -> Iterator[tuple[str, Case]]:
 
 
 def dec_unroll_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole): the loop's bits, twice in a row, at
-    DEC_BUILD_SHAPES through the pipe (cp.async, the default), and at two of them without it (the plain loop's copies
-    through registers). The planted_decunroll canary (the unrolled copy's last round of rows never copied) turns all 7
-    red."""
+    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole, the default): the loop's bits, twice in a row,
+    at DEC_BUILD_SHAPES through the pipe (cp.async, the default), and at two of them without it (the plain loop's
+    copies through registers). The planted_decunroll canary (the unrolled copy's last round of rows given the round
+    before's keys) turns all 7 red."""
     yield from tile_bits_cases("attn_dec_unroll", "attn dec unroll == loop bitwise", DEC_BUILD_SHAPES)
     no_pipe = _with("attn_dec_pipe", "", False)
     for name, case in tile_bits_cases("attn_dec_unroll", "attn dec unroll == loop bitwise no pipe",
                                       (DEC_BUILD_SHAPES[0], DEC_BUILD_SHAPES[2])):
         yield name, no_pipe(case)
-
-
-def combine_once_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_ATTN_COMBINE_ONCE (pass 2 with each thread's own (m, l) kept from the max's pass and its partials' loads
-    in batches of 40): the unrolled loop's bits, twice in a row, behind attn_split (at depth, verify rows, the fused
-    pass 2, DV = 256 where a thread holds two dims, D = 64 with a window) and behind attn_dec_mma (33 splits: one batch;
-    66: two; 16 over 3 tiles with verify rows). The planted_combineonce canary (a batch's last split weighted by the
-    split before it) turns all 8 red."""
-    for D, G, T, p0, Hkv, half, win, fuse in ((128, 4, 1, 4000, 8, True, None, False), (128, 4, 5, 3000, 8, True, None, False),
-                                              (128, 4, 4, 3000, 8, True, None, True), (256, 4, 3, 700, 2, False, None, False),
-                                              (64, 3, 9, 1000, 2, False, 100, False)):
-        yield (f"attn combine once == unrolled bitwise D={D} G={G} Hkv={Hkv} T={T} pos={p0}{' half-KV' if half else ''}"
-               f"{f' window={win}' if win else ''}{' fused' if fuse else ''}"), \
-            same_bits_case("attn_combine_once", D, G, T, p0, win, None, Hkv, half, fuse, reps=2)
-    yield from tile_bits_cases("attn_combine_once", "attn combine once == unrolled bitwise dec mma", (
-        (128, 8, 8, 1, 4000, None, None, None, 2), (128, 4, 8, 1, 4000, 66, None, None, 1),
-        (128, 8, 4, 5, 3000, 16, None, None, 3)))
 
 
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
@@ -824,7 +807,6 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield from merge_factors_cases()
     yield from dec_bounds_cases()
     yield from dec_unroll_cases()
-    yield from combine_once_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -50,18 +50,10 @@
 #ifndef BW24_COMBINE_UNROLL
 #define BW24_COMBINE_UNROLL 32
 #endif
-// BW24_COMBINE_ONCE (ops/cuda/backend.py attn_combine_once; opt-in, BW24_ATTN_COMBINE_ONCE=1): pass 2's dependent L2
-// round trips cut from ~4 to 2 at the tensor-core rows' 33 splits. (1) Each thread keeps the (m, l) of its own split
-// from the max's pass, l loaded beside m, so the weights read nothing more (before: m again and l, one more round trip
-// after the block max). (2) The partials load in batches of COMBINE_BATCH, every load of a batch out before its first
-// sum: 33 splits in one (the loop unrolled 32 took 32, then the 33rd). Why: attn_combine took 4.7 us a layer in the
-// 8B's and the 32B's d4096 steps without PDL (evidence/profile_h200_aee9d2f_pdl_0.txt, ..._def966d_pdl_0.txt), for
-// ~0.6 MB of partials: the latency of its chain, not bytes. The same values in the same split order: the same bits
-// (kernel-check's "attn combine once == unrolled bitwise").
-#ifndef BW24_COMBINE_ONCE
-#define BW24_COMBINE_ONCE 0
-#endif
-#define COMBINE_BATCH 40
+// Not here: pass 2 with each thread's own split's (m, l) kept from the max's pass and its partials loaded in batches
+// of 40 (two dependent L2 round trips fewer at 33 splits; BW24_ATTN_COMBINE_ONCE=1 at ac4d4d4): the same bits, but
+// on the H200 slower a layer at 4,096 keys in decode (the 32B 16.56 us against 15.05, the 8B 15.41 against 14.03)
+// and no faster in verify rows (evidence/attn_sweep_h200_ac4d4d4.log). Removed.
 // Not here: the fused pass 2's last block combining its G heads all at once (BW24_ATTN_FUSE_ALL, 1aeef0e) instead
 // of one after another: on the H200 at 5107205 slower than pass 2 as its own launch at every shape measured (the
 // 30B-A3B's 4,096 keys 22.50 us a layer against 16.44; evidence/attn_sweep_h200_5107205.log). Removed.
@@ -231,21 +223,7 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
     const int nd = (DV + blockDim.x - 1) / blockDim.x;
     const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
     float M = -INFINITY;
-#if BW24_COMBINE_ONCE
-    // this thread's own split's (m, l) (split threadIdx.x of the first tile), kept for its weight below: l loads beside
-    // m, and the weights need no second round trip
-    float m_own = -INFINITY, l_own = 0.f;
-    for (int s = threadIdx.x; s < live; s += blockDim.x) {
-        const float ms = __ldcg(part_ml + 2 * (base + s));
-        if (s == (int)threadIdx.x) {
-            m_own = ms;
-            l_own = __ldcg(part_ml + 2 * (base + s) + 1);
-        }
-        M = fmaxf(M, ms);
-    }
-#else
     for (int s = threadIdx.x; s < live; s += blockDim.x) M = fmaxf(M, __ldcg(part_ml + 2 * (base + s)));
-#endif
     // block max (exact, so its order does not matter)
     M = warp_max(M);
     __syncthreads();  // red may still be read for a previous head's max
@@ -259,16 +237,9 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
         const int ns = min(COMBINE_TILE, live - s0);
         __syncthreads();  // the previous tile's weights are consumed
         for (int i = threadIdx.x; i < ns; i += blockDim.x) {
-#if BW24_COMBINE_ONCE
-            const bool own = s0 + i == (int)threadIdx.x;  // its (m, l) loaded in the max's pass
-            const float f = expf((own ? m_own : __ldcg(part_ml + 2 * (base + s0 + i))) - M);
-            wt[i] = f;
-            lw[i] = (own ? l_own : __ldcg(part_ml + 2 * (base + s0 + i) + 1)) * f;
-#else
             const float f = expf(__ldcg(part_ml + 2 * (base + s0 + i)) - M);
             wt[i] = f;
             lw[i] = __ldcg(part_ml + 2 * (base + s0 + i) + 1) * f;
-#endif
         }
         __syncthreads();
         const float* ab = part_acc + (base + s0) * DV;
@@ -278,44 +249,12 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
 #else
         const int nl = ns;
 #endif
-#if BW24_COMBINE_ONCE
-        // batches of COMBINE_BATCH splits: every load of a batch out before its first sum (33 splits, the tensor-core
-        // rows' count, in one batch; the unrolled loop below took 32 and then 1), then the sums in split order
-        for (int i0 = 0; i0 < nl; i0 += COMBINE_BATCH) {
-            float v0[COMBINE_BATCH], v1[COMBINE_BATCH];
-            const float* pb = ab + (i64)i0 * DV;  // the batch's first partial row
-            const bool has0 = d0 < DV, has1 = nd > 1 && d1 < DV;
-#pragma unroll
-            for (int k = 0; k < COMBINE_BATCH; ++k) {
-                const bool in = i0 + k < nl;
-                v0[k] = in && has0 ? __ldcg(pb + k * DV + d0) : 0.f;
-                v1[k] = in && has1 ? __ldcg(pb + k * DV + d1) : 0.f;
-            }
-#ifdef BW24_PLANTED_COMBINEONCE  // kernel_check canary: a batch's last split's weight taken from the split before it
-            const int last = min(COMBINE_BATCH, nl - i0) - 1;
-#endif
-#pragma unroll
-            for (int k = 0; k < COMBINE_BATCH; ++k) {
-                if (i0 + k < nl) {
-#ifdef BW24_PLANTED_COMBINEONCE
-                    const int wi = i0 + (k == last && k > 0 ? k - 1 : k);
-#else
-                    const int wi = i0 + k;
-#endif
-                    L += lw[wi];
-                    if (has0) A0 = fmaf(v0[k], wt[wi], A0);
-                    if (has1) A1 = fmaf(v1[k], wt[wi], A1);
-                }
-            }
-        }
-#else
 #pragma unroll CU
         for (int i = 0; i < nl; ++i) {
             L += lw[i];
             if (d0 < DV) A0 = fmaf(__ldcg(ab + (i64)i * DV + d0), wt[i], A0);
             if (nd > 1 && d1 < DV) A1 = fmaf(__ldcg(ab + (i64)i * DV + d1), wt[i], A1);
         }
-#endif
     }
     if (d0 < DV) o[d0] = A0 / L;
     if (nd > 1 && d1 < DV) o[d1] = A1 / L;

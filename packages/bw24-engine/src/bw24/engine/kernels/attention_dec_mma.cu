@@ -63,15 +63,17 @@
 // spilled 40 bytes a thread (ptxas -v, sm_90); for 3 it takes 138 and spills none, at the occupancy the pipe's
 // shared memory allows. Registers and spills only: the same arithmetic, the same bits (kernel-check's "attn dec
 // bounds == 4 bitwise").
-// BW24_DEC_MMA_COPY_UNROLL (ops/cuda/backend.py attn_dec_unroll; opt-in, BW24_ATTN_DEC_UNROLL=1): the tiles' copy loop
-// (dm_copy_rows) with a compile-time trip count, unrolled whole. Why: the loop's bound is a constant but its start,
-// threadIdx.x, is not known to be < DM_WARPS * 32, so the compiler kept loops with remainders: two copies 2 to 68
+// BW24_DEC_MMA_COPY_UNROLL (ops/cuda/backend.py attn_dec_unroll; the default, BW24_ATTN_DEC_UNROLL=0 builds the loop):
+// the tiles' copy loop (dm_copy_rows) with a compile-time trip count, unrolled whole. Why: the loop's bound is a
+// constant but its start, threadIdx.x, is not known to be < DM_WARPS * 32, so the compiler kept loops with
+// remainders: two copies 2 to 68
 // instructions apart (cuobjdump -sass, sm_90, CUDA 13.0), in a kernel that issues only ~0.34 instructions a cycle a
 // scheduler (evidence/ncu_h200_b7b8a71_*). Unrolled, they sit mostly 1-3 apart, and the 8B's instance is 1,952
 // instructions long against 2,408. The same chunks land in the same rows: the same bits (kernel-check's "attn dec
-// unroll == loop bitwise").
+// unroll == loop bitwise"). On the H200 at ac4d4d4, a layer at 4,096 keys: verify rows T = 5 42.51 us against 45.98
+// (the 32B) and 35.46 against 38.68 (the 8B); decode rows level (evidence/attn_sweep_h200_ac4d4d4.log).
 #ifndef BW24_DEC_MMA_COPY_UNROLL
-#define BW24_DEC_MMA_COPY_UNROLL 0
+#define BW24_DEC_MMA_COPY_UNROLL 1
 #endif
 #ifndef DM_MIN_BLOCKS
 #define DM_MIN_BLOCKS (BW24_DEC_MMA_PIPE ? 3 : 4)
@@ -94,8 +96,8 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // by 16-byte loads through registers, or (async) by cp.async, for the caller to commit and wait on.
 template <int DIM, int P>
 __device__ __forceinline__ void dm_copy_rows(__half (*rows)[P], const __half* base, int jt, int j1, bool async) {
-    const auto copy = [&](int r, int x) {  // row r's 16-byte chunk x
-        const int j = jt + r;
+    const auto copy = [&](int r, int x, int rs) {  // row r's 16-byte chunk x, from the tile's row rs (= r but planted)
+        const int j = jt + rs;
         if (async)
             cp_async16(&rows[r][8 * x], reinterpret_cast<const uint4*>(base + (i64)min(j, j1 - 1) * DIM) + x, j < j1);
         else
@@ -108,15 +110,20 @@ __device__ __forceinline__ void dm_copy_rows(__half (*rows)[P], const __half* ba
     static_assert((DM_KT * DIM / 8) % (DM_WARPS * 32) == 0 && (DM_WARPS * 32) % (DIM / 8) == 0, "whole rounds");
     constexpr int ROUNDS = DM_KT * DIM / 8 / (DM_WARPS * 32), STEP = DM_WARPS * 32 / (DIM / 8);
     const int x = threadIdx.x % (DIM / 8), r0 = threadIdx.x / (DIM / 8);
-#ifdef BW24_PLANTED_DECUNROLL  // kernel_check canary: the last round's rows (56..63 of a tile at D = 128) never copied
-    constexpr int LAST = ROUNDS - 1;
-#else
-    constexpr int LAST = ROUNDS;
-#endif
 #pragma unroll
-    for (int it = 0; it < LAST; ++it) copy(r0 + it * STEP, x);
+    for (int it = 0; it < ROUNDS; ++it) {
+        const int r = r0 + it * STEP;
+#ifdef BW24_PLANTED_DECUNROLL  // kernel_check canary: the last round's rows (56..63 of a tile at D = 128) hold the
+        // round before's keys. (Planted as wrong rows, not as rows never copied: those kept whatever the shared memory
+        // held, at times the very rows of the reference launch that ran there before, and the case read green.)
+        copy(r, x, it == ROUNDS - 1 ? r - STEP : r);
 #else
-    for (int idx = threadIdx.x; idx < DM_KT * DIM / 8; idx += DM_WARPS * 32) copy(idx / (DIM / 8), idx % (DIM / 8));
+        copy(r, x, r);
+#endif
+    }
+#else
+    for (int idx = threadIdx.x; idx < DM_KT * DIM / 8; idx += DM_WARPS * 32)
+        copy(idx / (DIM / 8), idx % (DIM / 8), idx / (DIM / 8));
 #endif
 }
 

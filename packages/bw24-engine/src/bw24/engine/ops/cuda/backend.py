@@ -374,13 +374,11 @@ class CudaOps(Ops):
     attn_merge_factors_env = os.environ.get("BW24_ATTN_MERGE_FACTORS", "1")
     attn_merge_factors = attn_merge_factors_env != "0"
     # The tensor-core attention's tile copies unrolled whole (attention_dec_mma.cu BW24_DEC_MMA_COPY_UNROLL, why there;
-    # the same bits). Opt-in (BW24_ATTN_DEC_UNROLL=1; perf rows "attn_dec_unroll") until the H200 has timed it.
-    attn_dec_unroll_env = os.environ.get("BW24_ATTN_DEC_UNROLL", "0")
-    attn_dec_unroll = attn_dec_unroll_env == "1"
-    # Attention's pass 2 with two dependent L2 round trips fewer at 33 splits (attention.cu BW24_COMBINE_ONCE, why there;
-    # the same bits). Opt-in (BW24_ATTN_COMBINE_ONCE=1; perf rows "attn_combine_once") until the H200 has timed it.
-    attn_combine_once_env = os.environ.get("BW24_ATTN_COMBINE_ONCE", "0")
-    attn_combine_once = attn_combine_once_env == "1"
+    # the same bits). The default since the H200 timed it at ac4d4d4 (verify rows -7.5% / -8.3% a layer, decode
+    # level: evidence/attn_sweep_h200_ac4d4d4.log); BW24_ATTN_DEC_UNROLL=0 builds the loop (perf rows
+    # "no_attn_dec_unroll").
+    attn_dec_unroll_env = os.environ.get("BW24_ATTN_DEC_UNROLL", "1")
+    attn_dec_unroll = attn_dec_unroll_env != "0"
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -533,8 +531,7 @@ class CudaOps(Ops):
                                       ("no_attn_dec_early", self.attn_dec_pipe and not self.attn_dec_early),
                                       (f"attn_dec_bounds_{self.attn_dec_bounds_env}", self.attn_dec_bounds_env != "0"),
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
-                                      ("attn_dec_unroll", self.attn_dec_unroll),
-                                      ("attn_combine_once", self.attn_combine_once),
+                                      ("no_attn_dec_unroll", not self.attn_dec_unroll),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
@@ -617,9 +614,7 @@ class CudaOps(Ops):
                 ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
                  "factors worked out once", True),
                 ("BW24_ATTN_DEC_UNROLL", self.attn_dec_unroll_env, "the tensor-core attention's tile copies unrolled "
-                 "whole", False),
-                ("BW24_ATTN_COMBINE_ONCE", self.attn_combine_once_env, "attention's pass 2 with its partials' loads "
-                 "in one batch and no second (m, l) read", False)):
+                 "whole", True)):
             _check_switch(var, value, on, default_on)
         if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
             raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
@@ -695,7 +690,6 @@ class CudaOps(Ops):
                    "planted_mergef": (("BW24_PLANTED_MERGEF", 1),),
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
-                   "planted_combineonce": (("BW24_PLANTED_COMBINEONCE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
@@ -716,10 +710,8 @@ class CudaOps(Ops):
                 defines += (("BW24_DEC_MMA_EARLY", 1),)
         if self.attn_dec_bounds and file == "attention_dec_mma.cu":
             defines += (("DM_MIN_BLOCKS", self.attn_dec_bounds),)
-        if self.attn_dec_unroll and file == "attention_dec_mma.cu":
-            defines += (("BW24_DEC_MMA_COPY_UNROLL", 1),)
-        if self.attn_combine_once and file == "attention.cu":
-            defines += (("BW24_COMBINE_ONCE", 1),)
+        if not self.attn_dec_unroll and file == "attention_dec_mma.cu":  # (attention_dec_mma.cu unrolls by default)
+            defines += (("BW24_DEC_MMA_COPY_UNROLL", 0),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
             defines += (("BW24_ATTN_MERGE_FACTORS", 0),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)

@@ -974,6 +974,36 @@ def test_dec_unroll_is_the_default_refused_or_recorded_and_built_for_its_file_al
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
+def test_qmv8_early_is_the_default_refused_or_recorded_and_built_for_its_file_alone(tmp_path, monkeypatch, helpers):
+    """BW24_QMV8_EARLY (a decode q8 matvec's first weight group loaded before the PDL wait): on by default with no
+    define; 0 builds qmatvec_q8.cu alone with QMV8_EARLY=0 and perf rows say no_qmv8_early; another value is an error
+    naming the variable; the planted canary's macro reaches that file alone; the Q8_0 and Q4_K decode matvecs and a
+    norm-ahead one compile early (under PDL), late, late with batched loads, and as the canary."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    assert CudaOps.qmv8_early is True and CudaOps.qmv8_early_env == "1"
+    helpers.env_switch_refuses(monkeypatch, "qmv8_early_env", "BW24_QMV8_EARLY")
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant = False, ""
+    assert "no_qmv8_early" not in CudaOps.opt_in(ops)
+    assert not any(d[0] == "QMV8_EARLY" for d in ops.kernel_defines("qmatvec_q8.cu"))
+    ops.qmv8_early = False
+    assert "no_qmv8_early" in CudaOps.opt_in(ops)
+    assert ("QMV8_EARLY", 0) in ops.kernel_defines("qmatvec_q8.cu")
+    assert not any(d[0] == "QMV8_EARLY" for d in ops.kernel_defines("qmatvec.cu"))
+    ops.variant = "planted_qmv8late"
+    assert ("BW24_PLANTED_QMV8LATE", 1) in ops.kernel_defines("qmatvec_q8.cu")
+    assert ("BW24_PLANTED_QMV8LATE", 1) not in ops.kernel_defines("attention.cu")
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("qmv8<3,4,8,1>", "qmv8<7,2,4,1>", "qmv8_na<7,2,4,1>")
+    for defines in ({"BW24_PDL": 1}, {"BW24_PDL": 1, "QMV8_EARLY": 0}, {"BW24_PDL": 1, "QMV8_EARLY": 0,
+                    "BW24_PLANTED_QMV8LATE": 1}, {"BW24_PDL": 1, "QMV8_EARLY": 0, "QMV8_DECODE_LOADS": 8}):
+        ck = compile_cubin(KERNEL_DIR / "qmatvec_q8.cu", "90a", defines=defines, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
 def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
     (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""

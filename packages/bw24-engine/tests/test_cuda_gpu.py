@@ -159,6 +159,13 @@ def test_attention_dec_unroll_cases_green_and_a_wrong_round_red():
     _green_then_red(97, "attn dec unroll", "planted_decunroll", "attn dec unroll == loop", 7)
 
 
+def test_q8_decode_late_cases_green_and_a_dropped_first_group_red():
+    """BW24_QMV8_EARLY=0's cases (a decode q8 matvec's first weight group loaded after the PDL wait: the early loads'
+    bits, alone, batched and in a multi launch) are green; the planted late loop that starts at the second group
+    turns all 4 red."""
+    _green_then_red(103, "q8 decode late", "planted_qmv8late", "q8 decode late == early", 4)
+
+
 def test_moe_router_norm_cases_green_and_an_unwritten_share_red():
     """BW24_MOE_ROUTER_NORM's cases (the MoE block's input RMSNorm inside the router's launch: the unfused launches'
     bits, the fused launch checked to have run) are green; the planted kernel whose last block leaves its share of x

@@ -143,11 +143,13 @@ def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) ->
     return run
 
 
-def decode_loads_case(qt, cfg, loads: int, multi: bool = False) -> Case:
+def decode_loads_case(qt, cfg, loads: int, multi: bool = False, attr: str = "qmv8_loads") -> Case:
     """Decode (T = 1) q8 launches with BW24_QMV8_LOADS=loads (CudaOps.qmv8_loads: each thread's weight loads issued
     in batches of max(1, loads / R) groups, kernels/qmatvec_q8.cu) give the default loop's bits, row for row; and,
     those being equal, they are held to the float64 reference (so a planted bug in both still turns the case red).
-    K = 4352 (136 groups): one warp's lanes walk 4-5 groups each, the last batch cut short."""
+    K = 4352 (136 groups): one warp's lanes walk 4-5 groups each, the last batch cut short. attr: another CudaOps
+    setting of the decode launch set to `loads` instead (qmv8_early False: the first group loaded after the PDL
+    wait)."""
     def run(name, ref, cu, rng):
         n, k = 67, 4352
         tis = [_weight(qt, n + 13 * i, k, rng, f"{name}.{i}") for i in range(2 if multi else 1)]
@@ -167,7 +169,7 @@ def decode_loads_case(qt, cfg, loads: int, multi: bool = False) -> Case:
 
         with _forced(cu, [qt], *cfg):
             base = rows()
-            with setting(cu, "qmv8_loads", loads):
+            with setting(cu, attr, loads):
                 got = rows()
         same = compare(name, "exact", got, base)
         if not same.ok:
@@ -175,6 +177,19 @@ def decode_loads_case(qt, cfg, loads: int, multi: bool = False) -> Case:
         return compare(name, "matmul_q8", got,
                        np.concatenate([matmul_q8_ref(ref.load_weight(t).data, x) for t in tis], axis=1))
     return run
+
+
+def _loads(n: int | None):
+    """A case run with CudaOps.qmv8_loads = n (None: the case as it is, the table's)."""
+    def wrap(case: Case) -> Case:
+        if n is None:
+            return case
+
+        def run(name, ref, cu, rng):
+            with setting(cu, "qmv8_loads", n):
+                return case(name, ref, cu, rng)
+        return run
+    return wrap
 
 
 def _scratch_q8(cu, T: int, k: int) -> np.ndarray:
@@ -517,6 +532,14 @@ def cases() -> Iterator[tuple[str, Case]]:
                                   (Q.Q4_K, (8, 1), 4, False), (Q.Q8_0, (1, 2), 8, False), (Q.Q5_K, (2, 2), 16, False)):
         yield f"q8 decode loads={loads:<2} bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}", \
             decode_loads_case(qt, cfg, loads, multi)
+    # BW24_QMV8_EARLY=0: the first weight group loaded after the PDL wait, at the table's (W, R) for the 8B's Q8_0 and
+    # Q4_K shapes and a one-row block, alone, batched (loads 8) and in a multi launch; the planted_qmv8late canary (the
+    # late loads start at the second group) turns all 4 red
+    for qt, cfg, loads, multi in ((Q.Q8_0, (4, 8), None, False), (Q.Q8_0, (1, 2), 8, False),
+                                  (Q.Q4_K, (2, 4), None, True), (Q.Q6_K, (1, 1), None, False)):
+        yield (f"q8 decode late == early bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}"
+               f"{f' loads={loads}' if loads else ''}{' multi' if multi else ''}"), \
+            _loads(loads)(decode_loads_case(qt, cfg, False, multi, attr="qmv8_early"))
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

@@ -91,6 +91,16 @@ constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNRO
 #ifndef QMV8_DECODE_LOADS
 #define QMV8_DECODE_LOADS 0
 #endif
+// A decode thread's first weight group loaded before the PDL wait (1, the default: the weights are written by no
+// kernel, so their loads may overlap the kernel ahead), or after it (0: BW24_QMV8_EARLY=0, ops/cuda/backend.py
+// qmv8_early). Why the switch: under PDL the Q8_0 8B's step costs 0.74 ms more a token at 4,096 keys than at 0,
+// against 0.32 ms without PDL and 0.33 ms for the Q4_K_M 8B with it (H200, ac4d4d4: README "What ran on the H200
+// (ac4d4d4 and e0780dc)"); PDL starts the next kernels' blocks while the attention still streams its cache, and
+// their early weight loads (twice the bytes on Q8_0) may slow it. The same dots in the same order either way: the
+// same bits (kernel-check's "q8 decode late == early bitwise").
+#ifndef QMV8_EARLY
+#define QMV8_EARLY 1
+#endif
 template <int R>
 constexpr int decode_batch() { return QMV8_DECODE_LOADS / R > 1 ? QMV8_DECODE_LOADS / R : 1; }
 
@@ -143,7 +153,7 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
     const int G_END = G;
 #endif
     if constexpr (NT == 1) {  // decode: each row's codes are used once, unpacked inside the dot
-#ifdef BW24_PDL
+#if defined(BW24_PDL) && QMV8_EARLY
         // The first group's weights load before the wait for the kernel ahead (common.cuh PDL_OPEN):
         // with K = 4096 and 4-warp blocks that is all of a block's weights. The same dots in the same
         // order as the loop below: the same bits.
@@ -154,8 +164,13 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         if (tid < G_END) qmv8_group1<FMT, R>(first, xq, xs, K, tid, acc);
         const int g0 = tid + 32 * W;
 #else
+        PDL_WAIT();  // (nothing without BW24_PDL)
         if constexpr (NA) na_load(nss, G, nsp);
+#ifdef BW24_PLANTED_QMV8LATE  // kernel_check canary: the late loads start at the second group, the first dropped
+        const int g0 = tid + 32 * W;
+#else
         const int g0 = tid;
+#endif
 #endif
 #if QMV8_DECODE_LOADS > 0
         constexpr int U = decode_batch<R>(), S = 32 * W;

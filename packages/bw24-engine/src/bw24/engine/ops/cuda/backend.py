@@ -506,6 +506,12 @@ class CudaOps(Ops):
     # QMV8_LOADS, forces N for every weight (0: the loop as before everywhere; perf rows "qmv8_loads_N").
     qmv8_loads_env = os.environ.get("BW24_QMV8_LOADS")
     qmv8_loads: int | None = None  # the value __init__ checked; None: the table's (a sweep may set one on an instance)
+    # A decode q8 matvec's first weight group loaded before its PDL wait (kernels/qmatvec_q8.cu QMV8_EARLY, why there;
+    # the same bits). The default; BW24_QMV8_EARLY=0 loads it after the wait (perf rows "no_qmv8_early"): the test
+    # of whether those early loads, in the kernels PDL starts while the attention still streams its cache, are what
+    # costs the Q8_0 model ~12 us a layer at depth under PDL (README "What ran on the H200 (ac4d4d4 and e0780dc)").
+    qmv8_early_env = os.environ.get("BW24_QMV8_EARLY", "1")
+    qmv8_early = qmv8_early_env != "0"
     tuning_dir_env = TUNING_DIR_ENV  # (ops/cuda/launch.py TUNING_DIR; perf rows "tuning_dir")
 
     def opt_in(self) -> list[str]:
@@ -532,6 +538,7 @@ class CudaOps(Ops):
                                       (f"attn_dec_bounds_{self.attn_dec_bounds_env}", self.attn_dec_bounds_env != "0"),
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("no_attn_dec_unroll", not self.attn_dec_unroll),
+                                      ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
@@ -614,7 +621,9 @@ class CudaOps(Ops):
                 ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
                  "factors worked out once", True),
                 ("BW24_ATTN_DEC_UNROLL", self.attn_dec_unroll_env, "the tensor-core attention's tile copies unrolled "
-                 "whole", True)):
+                 "whole", True),
+                ("BW24_QMV8_EARLY", self.qmv8_early_env, "a decode q8 matvec's first weight group loaded before "
+                 "its PDL wait", True)):
             _check_switch(var, value, on, default_on)
         if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
             raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
@@ -690,6 +699,7 @@ class CudaOps(Ops):
                    "planted_mergef": (("BW24_PLANTED_MERGEF", 1),),
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
+                   "planted_qmv8late": (("BW24_PLANTED_QMV8LATE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
@@ -712,6 +722,8 @@ class CudaOps(Ops):
             defines += (("DM_MIN_BLOCKS", self.attn_dec_bounds),)
         if not self.attn_dec_unroll and file == "attention_dec_mma.cu":  # (attention_dec_mma.cu unrolls by default)
             defines += (("BW24_DEC_MMA_COPY_UNROLL", 0),)
+        if not self.qmv8_early and file == "qmatvec_q8.cu":  # (qmatvec_q8.cu loads early by default, under PDL)
+            defines += (("QMV8_EARLY", 0),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
             defines += (("BW24_ATTN_MERGE_FACTORS", 0),)
         if self.attn_short and file in ("attention.cu", "attention_dec_mma.cu"):  # (one split rule, attn_chunk.cuh)

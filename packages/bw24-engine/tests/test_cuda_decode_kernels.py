@@ -942,65 +942,49 @@ def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_atten
             assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_dec_unroll_is_the_default_refused_or_recorded_and_built_for_its_file_alone(tmp_path, monkeypatch, helpers):
-    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole): on by default with no define (the kernel's
-    own default); 0 builds the loop (BW24_DEC_MMA_COPY_UNROLL=0) into attention_dec_mma.cu alone and perf rows say
-    no_attn_dec_unroll; another value is an error naming the variable; the planted canary's macro reaches that file
-    alone; the 32B's, the 8B's and a D = 64 instance compile unrolled with and without the pipe, as the loop, and as
-    the canary."""
+# Default-on switches that build one kernel file: (CudaOps flag, its variable, the define 0 gives, the file, another
+# file, planted variant, canary macro, names, builds). Perf rows say "no_" + flag when off.
+DEFAULT_SWITCHES = (
+    ("attn_dec_unroll", "BW24_ATTN_DEC_UNROLL", "BW24_DEC_MMA_COPY_UNROLL", "attention_dec_mma.cu", "attention.cu",
+     "planted_decunroll", "BW24_PLANTED_DECUNROLL",
+     ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<64,64,7,32>"),
+     ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}, {"BW24_PDL": 1},
+      {"BW24_PDL": 1, "BW24_DEC_MMA_COPY_UNROLL": 0}, {"BW24_PDL": 1, "BW24_PLANTED_DECUNROLL": 1})),
+    ("qmv8_early", "BW24_QMV8_EARLY", "QMV8_EARLY", "qmatvec_q8.cu", "qmatvec.cu", "planted_qmv8late",
+     "BW24_PLANTED_QMV8LATE", ("qmv8<3,4,8,1>", "qmv8<7,2,4,1>", "qmv8_na<7,2,4,1>"),
+     ({"BW24_PDL": 1}, {"BW24_PDL": 1, "QMV8_EARLY": 0}, {"BW24_PDL": 1, "QMV8_EARLY": 0, "BW24_PLANTED_QMV8LATE": 1},
+      {"BW24_PDL": 1, "QMV8_EARLY": 0, "QMV8_DECODE_LOADS": 8})),
+)
+
+
+@pytest.mark.parametrize("sw", DEFAULT_SWITCHES, ids=[w[0] for w in DEFAULT_SWITCHES])
+def test_default_switches_refused_or_recorded_and_built_for_their_file_alone(sw, tmp_path, monkeypatch, helpers):
+    """BW24_ATTN_DEC_UNROLL (attn_dec_mma's tile copies unrolled whole) and BW24_QMV8_EARLY (a decode q8 matvec's
+    first weight group loaded before the PDL wait): on by default with no define (the kernel's own default); 0 builds
+    its file alone with the define at 0 and perf rows say no_<flag>; another value is an error naming the variable;
+    the planted canary's macro reaches that file alone; its instances compile on, off, as the canary, and with the
+    pipe (the 32B's, the 8B's and a D = 64 attn_dec_mma) or batched loads (the Q8_0 and Q4_K decode matvecs and a
+    norm-ahead one)."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
 
-    assert CudaOps.attn_dec_unroll is True and CudaOps.attn_dec_unroll_env == "1"
-    helpers.env_switch_refuses(monkeypatch, "attn_dec_unroll_env", "BW24_ATTN_DEC_UNROLL")
+    flag, var, define, file, other_file, planted, macro, names, builds = sw
+    assert getattr(CudaOps, flag) is True and getattr(CudaOps, f"{flag}_env") == "1"
+    helpers.env_switch_refuses(monkeypatch, f"{flag}_env", var)
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant = False, ""
-    assert "no_attn_dec_unroll" not in CudaOps.opt_in(ops)
-    assert not any(d[0] == "BW24_DEC_MMA_COPY_UNROLL" for f in ("attention.cu", "attention_dec_mma.cu")
-                   for d in ops.kernel_defines(f))
-    ops.attn_dec_unroll = False
-    assert "no_attn_dec_unroll" in CudaOps.opt_in(ops)
-    assert ("BW24_DEC_MMA_COPY_UNROLL", 0) in ops.kernel_defines("attention_dec_mma.cu")
-    assert not any(d[0] == "BW24_DEC_MMA_COPY_UNROLL" for d in ops.kernel_defines("attention.cu"))
-    ops.variant = "planted_decunroll"
-    assert ("BW24_PLANTED_DECUNROLL", 1) in ops.kernel_defines("attention_dec_mma.cu")
-    assert ("BW24_PLANTED_DECUNROLL", 1) not in ops.kernel_defines("attention.cu")
+    assert f"no_{flag}" not in CudaOps.opt_in(ops)
+    assert not any(d[0] == define for f in (file, other_file) for d in ops.kernel_defines(f))
+    setattr(ops, flag, False)
+    assert f"no_{flag}" in CudaOps.opt_in(ops)
+    assert (define, 0) in ops.kernel_defines(file)
+    assert not any(d[0] == define for d in ops.kernel_defines(other_file))
+    ops.variant = planted
+    assert (macro, 1) in ops.kernel_defines(file) and (macro, 1) not in ops.kernel_defines(other_file)
     monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<64,64,7,32>")
-    for defines in ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}, {"BW24_PDL": 1},
-                    {"BW24_PDL": 1, "BW24_DEC_MMA_COPY_UNROLL": 0}, {"BW24_PDL": 1, "BW24_PLANTED_DECUNROLL": 1}):
-        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", defines=defines, name_expressions=names)
-        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
-
-
-def test_qmv8_early_is_the_default_refused_or_recorded_and_built_for_its_file_alone(tmp_path, monkeypatch, helpers):
-    """BW24_QMV8_EARLY (a decode q8 matvec's first weight group loaded before the PDL wait): on by default with no
-    define; 0 builds qmatvec_q8.cu alone with QMV8_EARLY=0 and perf rows say no_qmv8_early; another value is an error
-    naming the variable; the planted canary's macro reaches that file alone; the Q8_0 and Q4_K decode matvecs and a
-    norm-ahead one compile early (under PDL), late, late with batched loads, and as the canary."""
-    from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    assert CudaOps.qmv8_early is True and CudaOps.qmv8_early_env == "1"
-    helpers.env_switch_refuses(monkeypatch, "qmv8_early_env", "BW24_QMV8_EARLY")
-    ops = CudaOps.__new__(CudaOps)
-    ops.pdl, ops.variant = False, ""
-    assert "no_qmv8_early" not in CudaOps.opt_in(ops)
-    assert not any(d[0] == "QMV8_EARLY" for d in ops.kernel_defines("qmatvec_q8.cu"))
-    ops.qmv8_early = False
-    assert "no_qmv8_early" in CudaOps.opt_in(ops)
-    assert ("QMV8_EARLY", 0) in ops.kernel_defines("qmatvec_q8.cu")
-    assert not any(d[0] == "QMV8_EARLY" for d in ops.kernel_defines("qmatvec.cu"))
-    ops.variant = "planted_qmv8late"
-    assert ("BW24_PLANTED_QMV8LATE", 1) in ops.kernel_defines("qmatvec_q8.cu")
-    assert ("BW24_PLANTED_QMV8LATE", 1) not in ops.kernel_defines("attention.cu")
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = ("qmv8<3,4,8,1>", "qmv8<7,2,4,1>", "qmv8_na<7,2,4,1>")
-    for defines in ({"BW24_PDL": 1}, {"BW24_PDL": 1, "QMV8_EARLY": 0}, {"BW24_PDL": 1, "QMV8_EARLY": 0,
-                    "BW24_PLANTED_QMV8LATE": 1}, {"BW24_PDL": 1, "QMV8_EARLY": 0, "QMV8_DECODE_LOADS": 8}):
-        ck = compile_cubin(KERNEL_DIR / "qmatvec_q8.cu", "90a", defines=defines, name_expressions=names)
+    for defines in builds:
+        ck = compile_cubin(KERNEL_DIR / file, "90a", defines=defines, name_expressions=names)
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .kernel_check import Result, compare, setting
+from .kernel_check import with_setting as _with
 from .ops.cuda.attn import (
     ATTN_CHUNK,
     DEC_MMA_ALL,
@@ -101,17 +102,6 @@ def fused(case: Case) -> Case:
         with setting(cu, "attn_override", {**(getattr(cu, "attn_override", None) or {}), "fuse_combine": 1}):
             return case(name, ref, cu, rng)
     return run
-
-
-def _with(attr: str, doc: str, value=True) -> Callable[[Case], Case]:
-    """A wrapper running a case with cu.<attr> = value (on: an opt-in attention path)."""
-    def wrap(case: Case) -> Case:
-        def run(name, ref, cu, rng):
-            with setting(cu, attr, value):
-                return case(name, ref, cu, rng)
-        return run
-    wrap.__doc__ = doc
-    return wrap
 
 
 sums = _with("attn_sums", "The batched warp sums of the dot products (BW24_ATTN_SUMS: attention.cu warp_sum_many).")

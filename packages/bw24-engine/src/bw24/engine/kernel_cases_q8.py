@@ -13,7 +13,7 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
 from .kernel_cases import ROUTER_REAL, Case, _dev, _weight, moe_weights, split_products
-from .kernel_check import compare, setting
+from .kernel_check import compare, setting, with_setting
 from .ops.cuda.q8 import dequantize_x_ref, matmul_q8_ref, moe_q8_ref, quantize_x_ref, unpack_xs
 
 Q8_FORMATS = (Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_K)
@@ -143,12 +143,12 @@ def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) ->
     return run
 
 
-def decode_loads_case(qt, cfg, loads: int, multi: bool = False, attr: str = "qmv8_loads") -> Case:
-    """Decode (T = 1) q8 launches with BW24_QMV8_LOADS=loads (CudaOps.qmv8_loads: each thread's weight loads issued
-    in batches of max(1, loads / R) groups, kernels/qmatvec_q8.cu) give the default loop's bits, row for row; and,
+def decode_loads_case(qt, cfg, value, multi: bool = False, attr: str = "qmv8_loads") -> Case:
+    """Decode (T = 1) q8 launches with BW24_QMV8_LOADS=value (CudaOps.qmv8_loads: each thread's weight loads issued
+    in batches of max(1, value / R) groups, kernels/qmatvec_q8.cu) give the default loop's bits, row for row; and,
     those being equal, they are held to the float64 reference (so a planted bug in both still turns the case red).
     K = 4352 (136 groups): one warp's lanes walk 4-5 groups each, the last batch cut short. attr: another CudaOps
-    setting of the decode launch set to `loads` instead (qmv8_early False: the first group loaded after the PDL
+    setting of the decode launch set to value instead (qmv8_early False: the first group loaded after the PDL
     wait)."""
     def run(name, ref, cu, rng):
         n, k = 67, 4352
@@ -169,7 +169,7 @@ def decode_loads_case(qt, cfg, loads: int, multi: bool = False, attr: str = "qmv
 
         with _forced(cu, [qt], *cfg):
             base = rows()
-            with setting(cu, attr, loads):
+            with setting(cu, attr, value):
                 got = rows()
         same = compare(name, "exact", got, base)
         if not same.ok:
@@ -177,19 +177,6 @@ def decode_loads_case(qt, cfg, loads: int, multi: bool = False, attr: str = "qmv
         return compare(name, "matmul_q8", got,
                        np.concatenate([matmul_q8_ref(ref.load_weight(t).data, x) for t in tis], axis=1))
     return run
-
-
-def _loads(n: int | None):
-    """A case run with CudaOps.qmv8_loads = n (None: the case as it is, the table's)."""
-    def wrap(case: Case) -> Case:
-        if n is None:
-            return case
-
-        def run(name, ref, cu, rng):
-            with setting(cu, "qmv8_loads", n):
-                return case(name, ref, cu, rng)
-        return run
-    return wrap
 
 
 def _scratch_q8(cu, T: int, k: int) -> np.ndarray:
@@ -537,9 +524,10 @@ def cases() -> Iterator[tuple[str, Case]]:
     # late loads start at the second group) turns all 4 red
     for qt, cfg, loads, multi in ((Q.Q8_0, (4, 8), None, False), (Q.Q8_0, (1, 2), 8, False),
                                   (Q.Q4_K, (2, 4), None, True), (Q.Q6_K, (1, 1), None, False)):
+        case = decode_loads_case(qt, cfg, False, multi, attr="qmv8_early")
         yield (f"q8 decode late == early bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}"
                f"{f' loads={loads}' if loads else ''}{' multi' if multi else ''}"), \
-            _loads(loads)(decode_loads_case(qt, cfg, False, multi, attr="qmv8_early"))
+            with_setting("qmv8_loads", "BW24_QMV8_LOADS forced for the case.", loads)(case) if loads else case
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):
         yield f"q8 decode==verify bitwise {qt.name:<5} K=4352 W=4 R=8 verify rows={rows}", \

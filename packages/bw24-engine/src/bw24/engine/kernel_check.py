@@ -76,6 +76,17 @@ def setting(obj, name: str, value) -> Iterator[None]:
         setattr(obj, name, old)
 
 
+def with_setting(attr: str, doc: str, value=True):
+    """A wrapper running a case with cu.<attr> = value (on: an opt-in path) through setting()."""
+    def wrap(case):
+        def run(name, ref, cu, rng):
+            with setting(cu, attr, value):
+                return case(name, ref, cu, rng)
+        return run
+    wrap.__doc__ = doc
+    return wrap
+
+
 def compare(case: str, cls: str, got: np.ndarray, ref: np.ndarray) -> Result:
     """An infinity counts only where the reference has the very same one (FR-Spec's expand writes -inf
     at every dropped id, on purpose); anywhere else it makes the case red, as does any other difference."""

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_matvec import _time_graph, precompile  # noqa: E402
 from gpu_matvec_q8 import _clone, _weight  # noqa: E402
 from gpu_session import header  # noqa: E402
+from table_variant import write_variant  # noqa: E402
 
 PEAK = 4.46e12  # the H200's measured HBM read bandwidth (ARCHITECTURE.md)
 # (model, part, quant type, N, K, weight of the part in the model's per-layer sum)
@@ -107,10 +108,7 @@ def write_candidate(out: Path, entries: dict, note: str) -> Path | None:
                                                                     "gpu_qmv8_loads.py", "note": note,
                                                                     "entries": {f"{k[0]} {k[1]}": v for k, v
                                                                                 in sorted(entries.items())}}
-    path = out / "table" / f"{key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    return path
+    return write_variant(out / "table", data)  # (read back as bw24 reads it)
 
 
 def compile_all(ops, shapes, loads: list[int], summary: list[str]) -> None:

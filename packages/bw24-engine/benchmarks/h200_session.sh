@@ -12,6 +12,8 @@
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | loads [--loads 0,1,...] [--shapes all] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight,
 #           BW24_QMV8_LOADS; its candidate table under /tmp/r/loads/table for `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`)
+#         | variant NAME TYPE:NxK:FIELD=V... (benchmarks/table_variant.py: the committed table with those entries changed,
+#           as /tmp/r/tables/NAME for `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         par STAGE ARGS [, STAGE ARGS].. [+ ...] (sub-chains at once, e.g. `par kc + await F 300 , gates M , pytest`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
@@ -166,6 +168,9 @@ PY
     # its candidate table, $R/loads/table, for a later `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`
     (hdr; timeout 420 python3 $B/gpu_qmv8_loads.py $R/loads "$@"; echo "loads rc=$?") > $R/loads.log 2>&1
     sed -n '/==== SUMMARY/,$p' $R/loads.log | cut -c1-170; grep -E "NOT BITWISE|Error|rc=" $R/loads.log | head ;;
+  variant)  # variant NAME TYPE:NxK:FIELD=V...: the committed tuning table with those matvec entries changed
+    # (table_variant.py), as $R/tables/NAME/<key>.json for a later `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`
+    n=$1; shift; python3 $B/table_variant.py $R/tables/$n "$@" 2>&1 | tee $R/tables_$n.log ;;
   vsweep)
     (hdr; timeout 500 python3 $B/gpu_verify_sweep.py $R/vsweep "$@"; echo "vsweep rc=$?") > $R/vsweep.log 2>&1
     sed -n '/== summary ==/,$p' $R/vsweep.log; grep -E "WRONG|Error|rc=" $R/vsweep.log | head ;;

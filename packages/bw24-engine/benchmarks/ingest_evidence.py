@@ -11,6 +11,7 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
+- the `variant` stage's tables/NAME/<key>.json and tables_NAME.log (tuning_h200_<SHA>_variant_NAME.json / .log).
 - the `loads` stage's loads/qmv8_loads.log and loads/summary.txt (qmv8_loads[_summary]_h200_<SHA>), and its
   candidate table loads/table/<key>.json as tuning_h200_<SHA>_loads_candidate_<key>.json (as it is, no header).
 - as they are (JSON, no header): a `profile` stage's per-model profile/*.json into profile_<SHA>[_suffix]/ (what
@@ -63,6 +64,8 @@ def target_name(rel: Path, sha: str) -> str | None:
                     "summary.txt": f"qmv8_loads_summary_h200_{sha}{suffix}.txt"}.get(name)
         if parts[-3:-1] == ("loads", "table"):
             return f"tuning_h200_{sha}{suffix}_loads_candidate_{name}"  # the candidate table the ab stage ran
+        if parts[-3:-2] == ("tables",) and ext == "json":  # the variant stage's table, as the ab stage ran it
+            return f"tuning_h200_{sha}{suffix}_variant_{parts[-2]}.json"
         if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
             return f"wb_{stem}_h200_{sha}{suffix}.log" if ext == "log" else \
                 f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None
@@ -75,6 +78,8 @@ def target_name(rel: Path, sha: str) -> str | None:
         return f"profile_h200_{sha}{suffix}.txt"
     if stem.startswith("run_gen_"):
         return f"{stem}_cuda_h200_{sha}{suffix}.log"
+    if stem.startswith("tables_") and ext == "log":  # the variant stage's printout (the entries before / after)
+        return f"tuning_h200_{sha}{suffix}_variant_{stem[7:]}.log"
     if name in ("perf_ab.log", "perf_ab.jsonl"):  # the ab stage: bw24 alone, its rows evidence only
         return f"perf_ab_h200_{sha}{suffix}.{ext}"
     if stem.startswith("perf_") and ext == "log":

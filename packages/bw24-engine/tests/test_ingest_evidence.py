@@ -105,6 +105,10 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("loads/table/nvidia-h200-sm90.json"), "abc1234") == \
         "tuning_h200_abc1234_loads_candidate_nvidia-h200-sm90.json"
     assert mod.target_name(Path("loads/best_8b"), "abc1234") is None
+    # the variant stage: its table as the ab stage ran it, and its printout
+    assert mod.target_name(Path("tables/wave1/nvidia-h200-sm90.json"), "abc1234") == \
+        "tuning_h200_abc1234_variant_wave1.json"
+    assert mod.target_name(Path("tables_wave1.log"), "abc1234") == "tuning_h200_abc1234_variant_wave1.log"
 
 
 def test_the_session_kernel_manifest_merges_into_the_committed_one_once_each(ingest, tmp_path):

@@ -54,6 +54,26 @@ def stage_problems(st: str, words: list[str], labels: set[str], cell_ids: list[s
     return bad
 
 
+def variant_problems(text: str, parse_change) -> list[str]:
+    """The `variant` stages' changes parse (table_variant.parse_change), and every `BW24_TUNING_DIR=/tmp/r/tables/NAME`
+    names a variant an earlier stage writes (else the ab stage stops on a missing table after the device minutes
+    before it)."""
+    bad, made = [], set()
+    for st in _stages(text):
+        words = st.split()
+        if words[0] == "variant":
+            made.add(words[1] if len(words) > 1 else "")
+            for spec in words[2:] or ["(none)"]:
+                try:
+                    parse_change(spec)
+                except ValueError as e:
+                    bad.append(f"{st}: {e}")
+        for m in re.findall(r"BW24_TUNING_DIR=/tmp/r/tables/([^\s+/]+)", st):
+            if m not in made:
+                bad.append(f"{st}: no earlier `variant {m}` stage writes /tmp/r/tables/{m}")
+    return bad
+
+
 def chain_problems(text: str, labels: set[str], cell_ids: list[str], env_names: set[str]) -> list[str]:
     return [p for st in _stages(text) for p in stage_problems(st, st.split(), labels, cell_ids, env_names)]
 
@@ -64,11 +84,12 @@ def _env_names() -> set[str]:
     return set(re.findall(r"\bBW24_[A-Z0-9_]+", src))
 
 
-def test_next_chain_names_known_stages_cells_and_variables():
+def test_next_chain_names_known_stages_cells_and_variables(helpers):
     ids = [c.id for c in load_cells(ROOT / "benchmarks/cells.toml")]
     text = (BENCH / "next_chain.txt").read_text()
     assert len(_stages(text)) >= 5
     assert chain_problems(text, _labels(), ids, _env_names()) == []
+    assert variant_problems(text, helpers.bench_module("table_variant").parse_change) == []
 
 
 def test_chain_check_catches_a_typo():
@@ -85,3 +106,14 @@ def test_chain_check_catches_a_typo():
     got = chain_problems("ab 2 qwen3-8b-q4_k_m-tg128@d0 - BW24_PDL=0+BW24_NOPE=1\nab x tg128 -\n", {"ab"}, ids,
                          {"BW24_PDL"})
     assert len(got) == 3 and "BW24_NOPE" in got[0] and "'tg128'" in got[1] and "ROUNDS" in got[2]
+
+
+def test_variant_check_catches_a_bad_change_and_a_table_never_written(helpers):
+    """Canary: a change the tool would refuse, and an ab on a variant no earlier stage writes (or one written only
+    after it), are each named; a variant written first passes."""
+    parse = helpers.bench_module("table_variant").parse_change
+    ok = "variant w Q4_K:4096x4096:rows=8\nab 2 x - BW24_TUNING_DIR=/tmp/r/tables/w\n"
+    assert variant_problems(ok, parse) == []
+    got = variant_problems("variant w Q4_K:4096x4096:rows=3\nab 2 x - BW24_PDL=0+BW24_TUNING_DIR=/tmp/r/tables/v\n"
+                           "variant v Q4_K:4096x4096:rows=8\n", parse)
+    assert len(got) == 2 and "rows=3" in got[0] and "variant v" in got[1]

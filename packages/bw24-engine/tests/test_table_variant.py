@@ -1,0 +1,71 @@
+"""benchmarks/table_variant.py: the committed tuning table with named matvec entries changed, for the session's
+`variant` stage and an `ab ... BW24_TUNING_DIR=` against the committed table. The file it writes must be one bw24
+reads (a table it ignored would time the built-in defaults under the variant's name), with exactly the named
+entries changed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tv(helpers):
+    return helpers.bench_module("table_variant")
+
+
+def test_a_change_parses_and_a_bad_one_is_named(tv):
+    assert tv.parse_change("Q4_K:4096x4096:rows=8,loads=4") == ("Q4_K", "4096x4096", {"rows": 8, "loads": 4})
+    for bad, word in (("Q4_K:4096:rows=8", "TYPE:NxK"), ("Q4_K:4096x4096:rowz=8", "rowz"),
+                      ("Q4_K:4096x4096:rows=3", "rows=3"), ("Q4_K:4096x4096:loads=x", "loads=x")):
+        with pytest.raises(ValueError, match=word):
+            tv.parse_change(bad)
+
+
+def test_the_variant_is_a_table_the_engine_reads_with_only_the_named_entries_changed(tv, tmp_path):
+    """The 8B's output projection and fused Q/K/V at 8 rows a block (one wave on 132 SMs): those two plans change,
+    the shape the table lacked starts from its type's default, every other entry is the committed one. Canary: the
+    committed table itself still plans 4 rows for them."""
+    from bw24.engine.ops.cuda.launch import TUNING_DIR, QmvConfigs
+    from bw24.runtime import load_tuning
+    from gguf.constants import GGMLQuantizationType as Q
+
+    base = tv.committed_table(None)
+    changes = [tv.parse_change(s) for s in ("Q4_K:4096x4096:rows=8", "Q4_K:6144x4096:rows=8",
+                                            "Q8_0:7x9:warps=2")]
+    path = tv.write_variant(tmp_path, tv.make_variant(base, changes, "a test"))
+    assert path == tmp_path / "nvidia-h200-sm90.json"
+    new = QmvConfigs(load_tuning(tmp_path, "nvidia-h200-sm90"))
+    old = QmvConfigs(load_tuning(TUNING_DIR, "nvidia-h200-sm90"))
+    assert old.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 4) and new.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 8)
+    assert old.plan(Q.Q4_K, 6144, 4096)[1:] == (2, 4) and new.plan(Q.Q4_K, 6144, 4096)[1:] == (2, 8)
+    for qt, n, k in ((Q.Q4_K, 24576, 4096), (Q.Q6_K, 4096, 12288), (Q.Q8_0, 4096, 4096)):
+        assert new.plan(qt, n, k) == old.plan(qt, n, k) and new.loads(qt, n, k) == old.loads(qt, n, k)
+    data = json.loads(path.read_text())
+    assert data["qmatvec"]["Q8_0"]["shapes"]["7x9"] == {**base["qmatvec"]["Q8_0"]["default"], "warps": 2}
+    assert data["provenance"]["variant"]["entries"]["Q4_K 4096x4096"] == {"before": {"rows": 4, "warps": 4},
+                                                                        "after": {"rows": 8, "warps": 4}}
+    base["provenance"].pop("variant", None)
+    assert {k: v for k, v in data["provenance"].items() if k != "variant"} == base["provenance"]
+
+
+def test_an_unknown_type_or_an_unreadable_result_is_refused(tv, tmp_path):
+    from bw24.runtime.tuning import TuningTableError
+
+    base = tv.committed_table(None)
+    with pytest.raises(ValueError, match="F16"):
+        tv.make_variant(base, [("F16", "8x8", {"rows": 2})], "x")
+    bad = tv.make_variant(base, [tv.parse_change("Q4_K:8x8:rows=2")], "x")
+    bad["qmatvec"]["Q4_K"]["shapes"]["8x8"]["rows"] = 2.5  # a config bw24's reader rejects
+    with pytest.raises(TuningTableError):
+        tv.write_variant(tmp_path, bad)
+
+
+def test_the_command_writes_the_file_or_exits_2_naming_the_problem(tv, tmp_path, capsys):
+    assert tv.main([str(tmp_path / "a"), "Q4_K:4096x4096:rows=8", "--note", "one wave"]) == 0
+    assert json.loads((tmp_path / "a" / "nvidia-h200-sm90.json").read_text())["provenance"]["variant"]["note"] == \
+        "one wave"
+    assert "rows': 4" in capsys.readouterr().out
+    assert tv.main([str(tmp_path / "b"), "Q4_K:4096x4096:rows=5"]) == 2
+    assert "rows=5" in capsys.readouterr().err and not (tmp_path / "b").exists()

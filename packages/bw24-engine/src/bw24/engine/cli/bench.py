@@ -25,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--llama-block", type=int, default=1, metavar="N",
                    help="bw24 and llama-bench alternate in blocks of N reps, llama-bench running -r N in one "
                         "process (default 1: A B A B, one llama-bench process per rep)")
+    p.add_argument("--clock-ms", type=int, default=50, metavar="MS",
+                   help="sample the GPU's clocks, power and clock-event reasons every MS ms while each arm runs, "
+                        "into the rows' clocks_load (perf/clocks.py; 0: off; default: %(default)s)")
     p.add_argument("--table", action="store_true", help="print the README table from --perf-file and exit")
     p.add_argument("--write", default=None, metavar="README.md", help="with --table: replace the marked section")
     p.add_argument("--device", default=None, help="with --table: only this device's rows")
@@ -88,6 +91,7 @@ def _bench(args) -> int:
     from ..errors import BadInputError
     from ..perf.baseline import check_rows, worst
     from ..perf.cells import load_cells, select_cells
+    from ..perf.clocks import describe, sampler_for
     from ..perf.jsonl import append_rows, make_row, read_rows, run_env
     from ..perf.llama import LlamaBench
     from ..perf.models import cache_dir, model_path
@@ -113,15 +117,21 @@ def _bench(args) -> int:
         llama = None
         if args.vs_llama and cell.mode != "spec":
             llama = LlamaBench(args.vs_llama, path, cell, tuple(args.llama_arg))
-        ours, theirs = interleave_blocks(clock.timed("bw24", bench.rep),
-                                         clock.timed("llama.cpp", llama.samples) if llama else None, args.reps,
-                                         args.llama_block)
+        with sampler_for(args.backend, args.clock_ms) as smi:  # (the clocks under load: perf/clocks.py)
+            ours, theirs = interleave_blocks(clock.timed("bw24", smi.arm("bw24", bench.rep)),
+                                             clock.timed("llama.cpp", smi.arm("llama.cpp", llama.samples))
+                                             if llama else None, args.reps, args.llama_block)
         res = bench.result(ours, ceiling)
         row = make_row(res, env=env, roofline_bps=ceiling.read_bytes_per_s, roofline_note=ceiling.note,
                        llama=theirs or None, llama_info=llama.info if llama else None)
+        loaded = smi.summaries()
+        if loaded:
+            row["clocks_load"] = loaded
         rows.append(row)
         print(_fmt(row), flush=True)
         print(f"  wall s: {clock}", flush=True)  # where a GPU session's minutes go (model: cache or synthesis)
+        if loaded:
+            print(f"  clocks: {describe(loaded)}", flush=True)
         if not args.no_record:  # each cell's row as soon as it is measured: a run cut short keeps them
             append_rows(args.perf_file, [row])
         del bench

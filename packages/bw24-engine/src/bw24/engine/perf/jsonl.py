@@ -1,7 +1,9 @@
 """perf-CI rows: one JSON object per cell per run, appended to the committed benchmarks/perf.jsonl.
 
 Row fields: time (ISO, UTC), git (short sha), dirty (uncommitted tracked changes), device, backend,
-clocks (dict or null), cell and its fields, reps, decode_tok_s / prefill_tok_s (median), samples,
+clocks (dict or null: read once before the cells, with the GPU idle), clocks_load (the cuda backend's clocks,
+power and clock-event reasons sampled while each arm ran, perf/clocks.py; absent where nvidia-smi could not run),
+cell and its fields, reps, decode_tok_s / prefill_tok_s (median), samples,
 bytes_per_token, roofline_tok_s, roofline_pct, roofline_note, kernels_per_token, vram_peak_bytes,
 acceptance, tokens_per_round, llama_tok_s, llama_samples, ratio, llama (build/GPU it reported).
 """

@@ -12,6 +12,7 @@
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | loads [--loads 0,1,...] [--shapes all] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight,
 #           BW24_QMV8_LOADS; its candidate table under /tmp/r/loads/table for `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`)
+#         | mvbench [EXPR] (benchmarks/test_bench_matvec_gpu.py: pytest-benchmark, each quant type's matvec at the 8B's shapes)
 #         | variant NAME TYPE:NxK:FIELD=V... (benchmarks/table_variant.py: the committed table with those entries changed,
 #           as /tmp/r/tables/NAME for `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
@@ -168,6 +169,12 @@ PY
     # its candidate table, $R/loads/table, for a later `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`
     (hdr; timeout 420 python3 $B/gpu_qmv8_loads.py $R/loads "$@"; echo "loads rc=$?") > $R/loads.log 2>&1
     sed -n '/==== SUMMARY/,$p' $R/loads.log | cut -c1-170; grep -E "NOT BITWISE|Error|rc=" $R/loads.log | head ;;
+  mvbench)  # the pytest-benchmark suite: each quant type's decode matvec at the 8B's shapes, GB/s and % of HBM read
+    # (benchmarks/test_bench_matvec_gpu.py; pytest -k EXPR to narrow it)
+    (hdr; timeout 500 python3 -m pytest -q -s --import-mode=importlib -p no:cacheprovider $B/test_bench_matvec_gpu.py \
+      --benchmark-json $R/mvbench.json --benchmark-columns=min,median,rounds ${1:+-k "$1"}; echo "mvbench rc=$?") \
+      > $R/mvbench.log 2>&1
+    grep -E "GB/s|passed|failed|rror|rc=" $R/mvbench.log | tail -34 ;;
   variant)  # variant NAME TYPE:NxK:FIELD=V...: the committed tuning table with those matvec entries changed
     # (table_variant.py), as $R/tables/NAME/<key>.json for a later `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`
     n=$1; shift; python3 $B/table_variant.py $R/tables/$n "$@" 2>&1 | tee $R/tables_$n.log ;;

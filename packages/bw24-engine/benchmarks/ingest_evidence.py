@@ -7,7 +7,7 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   of it); the rows after that prefix are appended. Anything else is an error that names the first differing
   line, and nothing is written.
 - logs: kernel_check.log, pytest_gpu.log, run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
-  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log, ncu_*.txt at the top of R_DIR; the same
+  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log, mvbench.log (+ its mvbench.json), ncu_*.txt at the top of R_DIR; the same
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
@@ -71,9 +71,11 @@ def target_name(rel: Path, sha: str) -> str | None:
                 f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None
         return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log", "moe_decode.log",
-                "overlap.log", "attn_sweep.log", "knockout.log"):
+                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
             + f"_h200_{sha}{suffix}.log"
+    if name == "mvbench.json":  # the mvbench stage's pytest-benchmark JSON (each case's GB/s in its extra_info)
+        return f"mvbench_h200_{sha}{suffix}.json"
     if name == "profile.log":
         return f"profile_h200_{sha}{suffix}.txt"
     if stem.startswith("run_gen_"):

@@ -105,6 +105,9 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("loads/table/nvidia-h200-sm90.json"), "abc1234") == \
         "tuning_h200_abc1234_loads_candidate_nvidia-h200-sm90.json"
     assert mod.target_name(Path("loads/best_8b"), "abc1234") is None
+    # the mvbench stage's log and pytest-benchmark JSON
+    assert mod.target_name(Path("mvbench.log"), "abc1234") == "mvbench_h200_abc1234.log"
+    assert mod.target_name(Path("mvbench.json"), "abc1234") == "mvbench_h200_abc1234.json"
     # the variant stage: its table as the ab stage ran it, and its printout
     assert mod.target_name(Path("tables/wave1/nvidia-h200-sm90.json"), "abc1234") == \
         "tuning_h200_abc1234_variant_wave1.json"

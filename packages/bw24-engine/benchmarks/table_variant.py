@@ -24,10 +24,14 @@ import re
 import sys
 from pathlib import Path
 
-from bw24.engine.ops.cuda.launch import QMV_SPACE, TUNING_DIR
+import bw24.engine
+from bw24.engine.ops.cuda.launch import QMV_SPACE
 from bw24.engine.ops.cuda.q8 import QMV8_LOADS
 from bw24.runtime.tuning import read_table
 
+# the tables bw24 reads when BW24_TUNING_DIR is unset (launch.TUNING_DIR follows that variable: a variant made while it
+# is set must still start from the committed table)
+COMMITTED = Path(bw24.engine.__file__).resolve().parent / "tuning"
 FIELDS = {"rows": tuple(QMV_SPACE["rows"]), "warps": tuple(QMV_SPACE["warps"]), "loads": QMV8_LOADS}
 _SPEC = re.compile(r"^([A-Z0-9_]+):(\d+x\d+):(.+)$")
 
@@ -78,9 +82,9 @@ def write_variant(out: Path, data: dict) -> Path:
 
 def committed_table(key: str | None) -> dict:
     """The table bw24 reads without BW24_TUNING_DIR: key's, or the only one there when key is None."""
-    files = sorted(Path(TUNING_DIR).glob("*.json")) if key is None else [Path(TUNING_DIR) / f"{key}.json"]
+    files = sorted(COMMITTED.glob("*.json")) if key is None else [COMMITTED / f"{key}.json"]
     if len(files) != 1 or not files[0].is_file():
-        raise ValueError(f"no single committed table to start from in {TUNING_DIR} (key {key!r}): pass --key")
+        raise ValueError(f"no single committed table to start from in {COMMITTED} (key {key!r}): pass --key")
     return read_table(files[0])
 
 

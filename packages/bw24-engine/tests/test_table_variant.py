@@ -69,3 +69,14 @@ def test_the_command_writes_the_file_or_exits_2_naming_the_problem(tv, tmp_path,
     assert "rows': 4" in capsys.readouterr().out
     assert tv.main([str(tmp_path / "b"), "Q4_K:4096x4096:rows=5"]) == 2
     assert "rows=5" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_the_base_is_the_committed_table_whatever_bw24_tuning_dir_says(tv):
+    """launch.TUNING_DIR follows BW24_TUNING_DIR (read at import); the variant's base never does: a variant made
+    inside an A/B's environment would otherwise stack its changes on the table under test."""
+    from pathlib import Path
+
+    import bw24.engine.ops.cuda.launch as launch
+
+    assert tv.COMMITTED == Path(launch.__file__).resolve().parents[2] / "tuning"
+    assert tv.committed_table(None)["key"] == "nvidia-h200-sm90"

@@ -9,6 +9,7 @@ arm's repetitions (bw24's and llama.cpp's apart: they alternate).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import subprocess
 import threading
@@ -22,6 +23,7 @@ REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8
            0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake", 0x100: "display_clock"}
 
 
+@functools.cache
 def reasons_field() -> str | None:
     """The reasons field this driver's nvidia-smi takes (renamed from clocks_throttle_reasons in newer drivers)."""
     try:

@@ -67,10 +67,11 @@
 // the tiles' copy loop (dm_copy_rows) with a compile-time trip count, unrolled whole. Why: the loop's bound is a
 // constant but its start, threadIdx.x, is not known to be < DM_WARPS * 32, so the compiler kept loops with
 // remainders: two copies 2 to 68 instructions apart (cuobjdump -sass, sm_90, CUDA 13.0), in a kernel that issues
-// only ~0.34 instructions a cycle a scheduler (evidence/ncu_h200_b7b8a71_*). Unrolled, they sit mostly 1-3 apart, and the 8B's instance is 1,952
-// instructions long against 2,408. The same chunks land in the same rows: the same bits (kernel-check's "attn dec
-// unroll == loop bitwise"). On the H200 at ac4d4d4, a layer at 4,096 keys: verify rows T = 5 42.51 us against 45.98
-// (the 32B) and 35.46 against 38.68 (the 8B); decode rows level (evidence/attn_sweep_h200_ac4d4d4.log).
+// only ~0.34 instructions a cycle a scheduler (evidence/ncu_h200_b7b8a71_*). Unrolled, they sit mostly 1-3 apart,
+// and the 8B's instance is 1,952 instructions long against 2,408. The same chunks land in the same rows: the same
+// bits (kernel-check's "attn dec unroll == loop bitwise"). On the H200 at ac4d4d4, a layer at 4,096 keys: verify
+// rows T = 5 42.51 us against 45.98 (the 32B) and 35.46 against 38.68 (the 8B); decode rows level
+// (evidence/attn_sweep_h200_ac4d4d4.log).
 #ifndef BW24_DEC_MMA_COPY_UNROLL
 #define BW24_DEC_MMA_COPY_UNROLL 1
 #endif

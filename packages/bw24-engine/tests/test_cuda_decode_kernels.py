@@ -7,6 +7,7 @@ The kernels themselves run on the GPU in kernel_check (kernel_cases_attn.py)."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -382,10 +383,10 @@ def test_rope_table_built_once_grown_on_demand_and_never_inside_capture(helpers)
 
 
 def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, define_sets, value=True,
-                       label: str | None = None, env_attr: str | None = None) -> None:
+                       label: str | bool | None = None, env_attr: str | None = None) -> None:
     """attention.cu compiles `names` under each define set; CudaOps with cu.<attr> = value (and cu.<env_attr>, the
     variable's text the perf label reads, where given) passes `define` (= value) to attention.cu only, and records
-    the variant (label, else attr) in perf rows."""
+    the variant (label, else attr) in perf rows; label False: a default, recorded only as "no_" + attr when off."""
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
     from bw24.runtime import compile_cubin
@@ -407,16 +408,25 @@ def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, def
     # (with the short class's define, the default's, beside any other)
     want = {(define, int(value))} | ({("BW24_ATTN_SHORT", 256)} if attr != "attn_short" else set())
     assert [(f, set(d)) for f, d in seen] == [("attention.cu", want), ("qmatvec.cu", set())]
-    assert (label or attr) in ops.opt_in()
+    if label is False:  # a default: nothing recorded while on, "no_" + attr when turned off
+        assert not any(o.endswith(attr) for o in ops.opt_in())
+        setattr(ops, attr, not value)
+        assert "no_" + attr in ops.opt_in()
+    else:
+        assert (label or attr) in ops.opt_in()
 
 
 def test_attn_pipe_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
-    """BW24_ATTN_PIPE: attention.cu compiled with the next round's loads ahead of the math (float and half
-    caches, D = 64 / 128 / 256, with the batched sums too, the rope instance keeping the plain loop)."""
+    """BW24_ATTN_PIPE (the default since e223fb5's H200 run): attention.cu compiled with the next round's loads ahead
+    of the math (float and half caches, D = 64 / 128 / 256, with the batched sums too, the rope instance keeping the
+    plain loop); BW24_ATTN_PIPE=0 is the variant perf rows name ("no_attn_pipe")."""
+    from bw24.engine.ops.cuda.backend import CudaOps
+
     names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,8,32>", "attn_split<64,64,3,32,__half>",
              "attn_split<256,256,4,32>", "attn_split<128,128,4,32,__half,true>")
     _attention_variant(tmp_path, monkeypatch, "attn_pipe", "BW24_ATTN_PIPE", names,
-                       ({"BW24_ATTN_PIPE": 1, "BW24_PDL": 1}, {"BW24_ATTN_PIPE": 1, "BW24_ATTN_SUMS": 1}))
+                       ({"BW24_ATTN_PIPE": 1, "BW24_PDL": 1}, {"BW24_ATTN_PIPE": 1, "BW24_ATTN_SUMS": 1}), label=False)
+    assert CudaOps.attn_pipe or os.environ.get("BW24_ATTN_PIPE") == "0"  # on unless the variable turns it off
 
 
 def test_attn_sums_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
@@ -428,7 +438,7 @@ def test_attn_sums_variant_compiles_and_is_selected_only_for_attention(tmp_path,
 
 
 def test_attn_depth_is_parsed_checked_and_recorded(monkeypatch):
-    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (ops/cuda/attn.py AttnDepth): unset, the default classes 1024:2:4
+    """BW24_ATTN_DEPTH=KEYS:HEADS:MIN_BLOCKS (ops/cuda/attn.py AttnDepth): unset, the default classes 1024:1:4
     (unless BW24_ATTN_BLOCK_HEADS, _MIN_BLOCKS or _FILL forces one geometry); empty or 0 off; a malformed value is
     refused by CudaOps with an error naming the variable and the value; perf rows say attn_depth_KxHxM for
     another value and no_attn_depth for 0, nothing for the default."""
@@ -438,7 +448,7 @@ def test_attn_depth_is_parsed_checked_and_recorded(monkeypatch):
     assert AttnDepth.parse("") is None and AttnDepth.parse(None) is None and AttnDepth.parse("0") is None
     d = AttnDepth.parse("2048:2:4")
     assert (d.keys, d.heads, d.min_blocks, d.label) == (2048, 2, 4, "attn_depth_2048x2x4")
-    assert DEPTH_DEFAULT == "1024:2:4" and depth_in_force(None, False) == AttnDepth(1024, 2, 4)
+    assert DEPTH_DEFAULT == "1024:1:4" and depth_in_force(None, False) == AttnDepth(1024, 1, 4)
     assert depth_in_force(None, True) is None  # an opt-in's one geometry
     assert depth_in_force("0", False) is None and depth_in_force("2048:2:4", True) == d  # said outright: as said
     for bad in ("2048", "2048:2", "0:2:4", "2048:3:4", "2048:2:7", "2048:2:0", "a:2:4", "2048:2:4:1", "-1:2:4"):
@@ -615,16 +625,16 @@ def test_a_planted_macro_goes_only_to_the_files_that_name_it():
 
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant = True, "planted_fill"
-    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FILL", 1), ("BW24_PDL", 1),
-                                                  ("BW24_ATTN_SHORT", 256))  # (the short class's default)
+    assert ops.kernel_defines("attention.cu") == (("BW24_PLANTED_FILL", 1), ("BW24_PDL", 1), ("BW24_ATTN_PIPE", 1),
+                                                  ("BW24_ATTN_SHORT", 256))  # (the pipe's and short class's defaults)
     assert ops.kernel_defines("qmatvec_q8.cu") == (("BW24_PDL", 1),)
     ops.variant = "planted_bug"
     with_bug = {f for f in COMPILE_SET if ("BW24_PLANTED_BUG", 1) in ops.kernel_defines(f)}
     assert with_bug == {"attention_mma.cu", "attention_prefill.cu", "moe.cu", "moe_mm.cu", "prefill_gemm.cu",
                         "qmatvec.cu", "qmatvec_q8.cu"}
     ops.variant, ops.attn_fill, ops.attn_min_blocks = "", 2, 4
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256), ("BW24_ATTN_FILL", 2),
-                                                  ("ATTN_MIN_BLOCKS", 4))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_PIPE", 1), ("BW24_ATTN_SHORT", 256),
+                                                  ("BW24_ATTN_FILL", 2), ("ATTN_MIN_BLOCKS", 4))
     assert not any(names_macro(f, "BW24_PLANTED_NOWHERE") for f in COMPILE_SET)
 
 

@@ -133,3 +133,22 @@ def test_the_session_kernel_manifest_merges_into_the_committed_one_once_each(ing
     assert mod.main([str(r), "abc1234"]) == 0
     got = [json.loads(ln) for ln in committed.read_text().splitlines()]
     assert got == [a, {"defines": [["BW24_PDL", 1]], "file": "norm.cu", "names": []}]
+
+
+def test_logs_another_commits_session_wrote_are_left_out_and_named(ingest, tmp_path, capsys):
+    """A stale /tmp/r on the host (e223fb5's pack held f020fd1's kernel-check and perf logs): a log whose header names
+    another commit is not filed under this one; a part of a merged log likewise; a prefix of the sha counts as it."""
+    mod, ev, perf = ingest
+    r = tmp_path / "r"
+    _session(r, [{"row": 1}, {"row": 2}])
+    old = "# device: NVIDIA H200, 580; date: 2026-11-29; git: f020fd1\n"
+    (r / "kernel_check.log").write_text(old + "604 cases\n")
+    (r / "perf_000000.log").write_text(old + "old cells\n")
+    (r / "run_gen_smollm2-135m.log").write_text("# device: NVIDIA H200; git: abc1234def\nMATCH\n")  # longer sha: ours
+    assert mod.main([str(r), "abc1234"]) == 0
+    out = capsys.readouterr().out
+    assert "left out kernel_check.log (git f020fd1)" in out and "left out perf_000000.log (git f020fd1)" in out
+    assert not (ev / "kernel_check_h200_abc1234.log").exists()
+    assert (ev / "perf_h200_abc1234.log").read_text().count("# device") == 1  # perf_1a2b3c's part alone
+    assert "old cells" not in (ev / "perf_h200_abc1234.log").read_text()
+    assert (ev / "run_gen_smollm2-135m_cuda_h200_abc1234.log").exists()

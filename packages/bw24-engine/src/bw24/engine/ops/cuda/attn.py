@@ -68,7 +68,12 @@ MIN_BLOCKS = range(1, 7)  # attn_split's blocks an SM BW24_ATTN_MIN_BLOCKS (and 
 # measured on the H200 at ba03fa3 against the defaults of the same session, faster on every cell it ran: the 8B's
 # d0 470.1 tok/s against 456.4 (+3.0%) and d4096 381.0 / 380.7, the 30B-A3B's d0 448.3 / 434.7 (+3.1%), the 32B's
 # d0 142.1 / 141.4 and d4096 119.0 / 116.5 (+2.1%) (evidence/perf_h200_ba03fa3_attn_depth_1024x2x4.log).
-DEPTH_DEFAULT = "1024:2:4"
+# One q head a block up to 1,024 keys (1024:1:4) since the H200 run at e223fb5 (bw24 alone, 2 rounds interleaved,
+# evidence/perf_ab_h200_e223fb5.log): with BW24_ATTN_PIPE (now the default too) the d0 token +8.5% (0.6B), +3.4%
+# (8B), +4.4% (30B-A3B) against 1024:2:4 without it; alone +6.7% / +2.3% / +3.9%. Why: the short class (one split up
+# to 256 keys) runs 2-8 rounds of 32 keys in series in each block, and one head a block halves each round's dot
+# products while the blocks (more of them, reading the same keys from L2) run side by side.
+DEPTH_DEFAULT = "1024:1:4"
 
 
 @dataclass(frozen=True)

@@ -267,9 +267,11 @@ class CudaOps(Ops):
     # The decode / verify attention's next round of K / V loads issued before this round's math
     # (attention.cu RawRow; the same rows, order and bits): at depth 4096 the 8B's attention streamed its
     # cache at about a third of the bandwidth (553 us a token against llama.cpp's 281 at ca80b31), each
-    # warp waiting on its round's loads before any math. BW24_ATTN_PIPE=1; perf rows record "attn_pipe".
-    # Opt-in until measured.
-    attn_pipe = os.environ.get("BW24_ATTN_PIPE", "0") == "1"
+    # warp waiting on its round's loads before any math. The default since the H200 run at e223fb5 (bw24 alone, 2
+    # rounds, evidence/perf_ab_h200_e223fb5.log): the d0 token +1.0% / +1.3% / +1.9% (0.6B / 8B / 30B-A3B) alone, and
+    # with the depth classes' one q head a block (attn.DEPTH_DEFAULT) +8.5% / +3.4% / +4.4% where that alone gave
+    # +6.7% / +2.3% / +3.9%. BW24_ATTN_PIPE=0 turns it off (perf rows "no_attn_pipe").
+    attn_pipe = os.environ.get("BW24_ATTN_PIPE", "1") != "0"
     # Attention's pass 2 (attn_combine, and the fused last split block) with its loop over the splits
     # unrolled 32 instead of 8 (attention.cu BW24_COMBINE_UNROLL: more partial loads in flight, the same
     # arithmetic in the same order, the same bits). The default since the H200 run at b6232b5 (kernel-check's
@@ -521,7 +523,7 @@ class CudaOps(Ops):
                                       ("no_attn_mma_split", not self.attn_mma_split),
                                       ("no_attn_mma", self.attn_mma_env == "0"),
                                       ("attn_sums", self.attn_sums), ("no_attn_split_heads", not self.attn_split_heads),
-                                      ("attn_pipe", self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
+                                      ("no_attn_pipe", not self.attn_pipe), ("no_attn_combine32", not self.attn_combine32),
                                       (f"attn_short_{self.attn_short}", self.attn_short not in (0, 256)),
                                       ("no_attn_short", self.attn_short == 0),
                                       (f"attn_block_heads_{self.attn_block_heads_env}",

@@ -661,7 +661,7 @@ def test_attn_dec_mma_is_checked_recorded_and_planted_only_in_its_file(monkeypat
     ops.pdl, ops.variant = True, "planted_decmma"
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PLANTED_DECMMA", 1), ("BW24_PDL", 1),
                                                           ("BW24_DEC_MMA_PIPE", 1), ("BW24_DEC_MMA_EARLY", 1), ("BW24_ATTN_SHORT", 256))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_PIPE", 1), ("BW24_ATTN_SHORT", 256))
     # the gate names the float16 products it rounds by (CudaOps.rounded_paths)
     ops.qmv_configs = type("Q", (), {"f32_body": False})()
     ops.prefill_precision, ops.attn_dec_mma = "split", 0
@@ -848,7 +848,7 @@ def test_dec_pipe_is_on_by_default_refused_or_recorded_built_into_its_file_alone
     ops.pdl, ops.variant = True, ""
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
                                                           ("BW24_DEC_MMA_EARLY", 1), ("BW24_ATTN_SHORT", 256))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_PIPE", 1), ("BW24_ATTN_SHORT", 256))
     ops.variant = "planted_decpipe"
     assert ("BW24_PLANTED_DECPIPE", 1) in ops.kernel_defines("attention_dec_mma.cu")
     assert ("BW24_PLANTED_DECPIPE", 1) not in ops.kernel_defines("attention.cu")
@@ -878,7 +878,7 @@ def test_dec_early_is_on_by_default_refused_or_recorded_and_built_with_the_pipe_
     assert "no_attn_dec_early" not in CudaOps.opt_in(ops)
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),
                                                           ("BW24_DEC_MMA_EARLY", 1), ("BW24_ATTN_SHORT", 256))
-    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_SHORT", 256))
+    assert ops.kernel_defines("attention.cu") == (("BW24_PDL", 1), ("BW24_ATTN_PIPE", 1), ("BW24_ATTN_SHORT", 256))
     ops.attn_dec_early = False
     assert "no_attn_dec_early" in CudaOps.opt_in(ops)
     assert ops.kernel_defines("attention_dec_mma.cu") == (("BW24_PDL", 1), ("BW24_DEC_MMA_PIPE", 1),

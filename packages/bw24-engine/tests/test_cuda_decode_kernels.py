@@ -919,6 +919,40 @@ def test_dec_bounds_is_checked_built_for_the_tensor_core_attention_alone_and_rec
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
+def test_dec_late_is_opt_in_refused_or_recorded_and_built_into_the_tensor_core_attention_alone(tmp_path, monkeypatch,
+                                                                                               helpers):
+    """BW24_ATTN_DEC_LATE (attn_dec_mma's PDL trigger after its tiles): off by default, 1 builds attention_dec_mma.cu
+    alone with BW24_DEC_MMA_LATE_TRIGGER and perf rows say attn_dec_late, another value is an error naming the
+    variable; the planted canary's macro reaches that file alone; the 32B's and the 8B's instances compile with it,
+    through the pipe and without, and the canary's build; kernel-check holds the build to the start trigger's bits
+    (its "attn dec late trigger == start bitwise" cases, one per build shape)."""
+    from bw24.engine.kernel_cases_attn import DEC_BUILD_SHAPES, dec_late_cases
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
+    from bw24.runtime import compile_cubin
+
+    helpers.opt_in_switch(monkeypatch, "attn_dec_late", "attn_dec_late_env", "BW24_ATTN_DEC_LATE", "attn_dec_late",
+                          "planted_declate", "BW24_PLANTED_DECLATE", "attention_dec_mma.cu", "attention.cu")
+    ops = CudaOps.__new__(CudaOps)
+    ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
+    assert "attn_dec_late" not in CudaOps.opt_in(ops)
+    assert not any(d[0] == "BW24_DEC_MMA_LATE_TRIGGER" for d in ops.kernel_defines("attention_dec_mma.cu"))
+    ops.attn_dec_late = True
+    assert "attn_dec_late" in CudaOps.opt_in(ops)
+    assert ("BW24_DEC_MMA_LATE_TRIGGER", 1) in ops.kernel_defines("attention_dec_mma.cu")
+    assert not any(d[0] == "BW24_DEC_MMA_LATE_TRIGGER" for d in ops.kernel_defines("attention.cu"))
+    cases = [name for name, _ in dec_late_cases()]
+    assert len(cases) == len(DEC_BUILD_SHAPES) and all(n.startswith("attn dec late trigger == start bitwise")
+                                                       for n in cases)
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>")
+    late = {"BW24_DEC_MMA_LATE_TRIGGER": 1}
+    for defines in ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1, **late}, {"BW24_PDL": 1, **late},
+                    {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_PLANTED_DECLATE": 1, **late}):
+        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", defines=defines, name_expressions=names)
+        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
+
+
 def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_attention_files(tmp_path, monkeypatch,
                                                                                           helpers):
     """BW24_ATTN_MERGE_FACTORS (a block's merge with each head's factors worked out once, attn_chunk.cuh): on by

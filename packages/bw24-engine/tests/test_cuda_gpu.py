@@ -159,6 +159,12 @@ def test_attention_dec_unroll_cases_green_and_a_wrong_round_red():
     _green_then_red(97, "attn dec unroll", "planted_decunroll", "attn dec unroll == loop", 7)
 
 
+def test_attention_dec_late_cases_green_and_a_dropped_key_red():
+    """BW24_ATTN_DEC_LATE's cases (attn_dec_mma's PDL trigger after its tiles: the start trigger's bits) are green; the
+    planted variant that drops every warp's first key of a tile in a build with the late trigger turns all 5 red."""
+    _green_then_red(107, "attn dec late", "planted_declate", "attn dec late trigger == start", 5)
+
+
 def test_q8_decode_late_cases_green_and_a_dropped_first_group_red():
     """BW24_QMV8_EARLY=0's cases (a decode q8 matvec's first weight group loaded after the PDL wait: the early loads'
     bits, alone, batched and in a multi launch) are green; the planted late loop that starts at the second group

@@ -534,6 +534,15 @@ def dec_unroll_cases() -> Iterator[tuple[str, Case]]:
         yield name, no_pipe(case)
 
 
+def dec_late_cases() -> Iterator[tuple[str, Case]]:
+    """BW24_ATTN_DEC_LATE (attn_dec_mma's PDL trigger after its tiles, opt-in): the trigger-at-start build's bits,
+    twice in a row, at DEC_BUILD_SHAPES through the pipe (the default). The trigger only schedules the launch behind
+    (its wait is for this grid's completion), so these hold the build to what it must keep: a kernel otherwise the
+    same. The harness turns red on a build that changes a bit (the planted_decunroll / planted_decbounds canaries,
+    tests/test_cuda_gpu.py)."""
+    yield from tile_bits_cases("attn_dec_late", "attn dec late trigger == start bitwise", DEC_BUILD_SHAPES)
+
+
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
 
 # A kernel ahead that writes a step's new cache rows late: it opens as every bw24 kernel does (common.cuh PDL_OPEN),
@@ -797,6 +806,7 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield from merge_factors_cases()
     yield from dec_bounds_cases()
     yield from dec_unroll_cases()
+    yield from dec_late_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

@@ -75,6 +75,19 @@
 #ifndef BW24_DEC_MMA_COPY_UNROLL
 #define BW24_DEC_MMA_COPY_UNROLL 1
 #endif
+// BW24_DEC_MMA_LATE_TRIGGER (ops/cuda/backend.py attn_dec_late; opt-in, BW24_ATTN_DEC_LATE=1): the PDL trigger after the
+// split's tiles are in and their math done, instead of at the kernel's start. Why: on the H200 at e223fb5 leaving the
+// attention out of the step saved the 8B Q8_0 model 797 us a token at 4,096 keys under PDL, 523 without PDL, and the
+// Q4_K_M model 555 under PDL (evidence/knockout_h200_e223fb5*.log): the same 16.8 MB of cache a layer costs the
+// Q8_0 step ~7 us a layer more. Triggered at the start, pass 1 lets attn_combine start at once, which triggers at
+// its start too, so the output projection, the norm and the gate/up matvec behind it can become resident while the
+// cache still streams and put their first weight groups (qmatvec_q8.cu QMV8_EARLY; larger in Q8_0) in flight beside
+// it. Late, that cascade starts once this launch's loads are done. Scheduling only: every dependent still waits for
+// this grid's completion (griddepcontrol.wait), so nothing reads a partial early and the bits stay (kernel-check's
+// "attn dec late trigger == start bitwise").
+#ifndef BW24_DEC_MMA_LATE_TRIGGER
+#define BW24_DEC_MMA_LATE_TRIGGER 0
+#endif
 #ifndef DM_MIN_BLOCKS
 #define DM_MIN_BLOCKS (BW24_DEC_MMA_PIPE ? 3 : 4)
 #endif
@@ -165,8 +178,9 @@ __device__ __forceinline__ void dm_tile_math(const __half (*ks)[KP], const __hal
             float v = sc[nt][e];
             if (softcap > 0.f) v = softcap * tanhf(v / softcap);
 // kernel_check canaries: the first key of every warp's 16 dropped (planted_decmma; planted_decbounds: in a build for
-// other than 4 blocks an SM only)
-#if defined(BW24_PLANTED_DECMMA) || (defined(BW24_PLANTED_DECBOUNDS) && DM_MIN_BLOCKS != 4)
+// other than 4 blocks an SM only; planted_declate: in a build with the late trigger only)
+#if defined(BW24_PLANTED_DECMMA) || (defined(BW24_PLANTED_DECBOUNDS) && DM_MIN_BLOCKS != 4) || \
+    (defined(BW24_PLANTED_DECLATE) && BW24_DEC_MMA_LATE_TRIGGER)
             v = j < j1 && nt * 8 + 2 * c + e != 0 ? v : -INFINITY;
 #else
             v = j < j1 ? v : -INFINITY;
@@ -270,7 +284,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
              int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
              i8* __restrict__ xq, int2* __restrict__ xs) {
-    PDL_TRIGGER();
+    if (!BW24_DEC_MMA_LATE_TRIGGER) PDL_TRIGGER();
     int p0e = 0;  // the step's first position as dm_early read it (BW24_DEC_MMA_EARLY; checked after the wait)
     int pre = BW24_DEC_MMA_EARLY && BW24_DEC_MMA_PIPE ? dm_early<D, DV, CH>(kc, vc, pos, S, window, nsplit, from, p0e) : 0;
     PDL_WAIT();
@@ -351,6 +365,8 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         dm_tile_math<D, DV, KP, VP>(ks, vs, jt, j1, k0, qa, o, m, l, softcap, lane);
     }
 #endif
+    if (BW24_DEC_MMA_LATE_TRIGGER) PDL_TRIGGER();  // (every thread of the block passes here; a block that returned
+                                                   // early counts as triggered)
     l += __shfl_xor_sync(FULL_MASK, l, 1);
     l += __shfl_xor_sync(FULL_MASK, l, 2);
 

@@ -538,8 +538,8 @@ def dec_late_cases() -> Iterator[tuple[str, Case]]:
     """BW24_ATTN_DEC_LATE (attn_dec_mma's PDL trigger after its tiles, opt-in): the trigger-at-start build's bits,
     twice in a row, at DEC_BUILD_SHAPES through the pipe (the default). The trigger only schedules the launch behind
     (its wait is for this grid's completion), so these hold the build to what it must keep: a kernel otherwise the
-    same. The harness turns red on a build that changes a bit (the planted_decunroll / planted_decbounds canaries,
-    tests/test_cuda_gpu.py)."""
+    same. The planted_declate canary (a late-trigger build that drops every warp's first key of a tile) turns all 5
+    red (tests/test_cuda_gpu.py)."""
     yield from tile_bits_cases("attn_dec_late", "attn dec late trigger == start bitwise", DEC_BUILD_SHAPES)
 
 

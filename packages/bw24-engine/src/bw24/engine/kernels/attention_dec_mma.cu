@@ -75,10 +75,10 @@
 #ifndef BW24_DEC_MMA_COPY_UNROLL
 #define BW24_DEC_MMA_COPY_UNROLL 1
 #endif
-// BW24_DEC_MMA_LATE_TRIGGER (ops/cuda/backend.py attn_dec_late; opt-in, BW24_ATTN_DEC_LATE=1): the PDL trigger after the
-// split's tiles are in and their math done, instead of at the kernel's start. Why: on the H200 at e223fb5 leaving the
-// attention out of the step saved the 8B Q8_0 model 797 us a token at 4,096 keys under PDL, 523 without PDL, and the
-// Q4_K_M model 555 under PDL (evidence/knockout_h200_e223fb5*.log): the same 16.8 MB of cache a layer costs the
+// BW24_DEC_MMA_LATE_TRIGGER (ops/cuda/backend.py attn_dec_late; opt-in, BW24_ATTN_DEC_LATE=1): the PDL trigger after
+// the split's tiles are in and their math done, instead of at the kernel's start. Why: on the H200 at e223fb5 leaving
+// the attention out of the step saved the 8B Q8_0 model 797 us a token at 4,096 keys under PDL, 523 without PDL, and
+// the Q4_K_M model 555 under PDL (evidence/knockout_h200_e223fb5*.log): the same 16.8 MB of cache a layer costs the
 // Q8_0 step ~7 us a layer more. Triggered at the start, pass 1 lets attn_combine start at once, which triggers at
 // its start too, so the output projection, the norm and the gate/up matvec behind it can become resident while the
 // cache still streams and put their first weight groups (qmatvec_q8.cu QMV8_EARLY; larger in Q8_0) in flight beside

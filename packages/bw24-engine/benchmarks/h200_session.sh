@@ -8,6 +8,7 @@
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
 #         | knockout PRESET:QUANT:DEPTH... (benchmarks/gpu_knockout.py: the step without each kernel family)
+#         | streamprobe (benchmarks/gpu_stream_probe.py: the attention cache's bytes streamed alone, in pass 1's shapes)
 #         | attnsweep [ARGS] (benchmarks/gpu_attn_sweep.py: the decode attention a layer across the deep rows' settings)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
 #         | loads [--loads 0,1,...] [--shapes all] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight,
@@ -142,13 +143,18 @@ PY
     (hdr; timeout 300 python3 -m bw24.engine.cli frspec-ranks "$1" "$2" --n "${3:-32768}" --backend cuda \
       --no-progress; echo "ranks rc=$?") > $l 2>&1; tail -3 $l ;;
   with)  # with VAR=VALUE STAGE ARGS: that stage with the variable set (an opt-in path); logs under $R/VAR_VALUE
-    # (nested: `with A=1 with B=1 perf ...` logs under /tmp/r/A_1/B_1; perf rows still go to /tmp/r/perf.jsonl)
-    export "$1" BW24_R=$R/$(echo "$1" | tr '=' '_'); shift; exec bash "$0" "$SHA" "$@" ;;
+    # (nested: `with A=1 with B=1 perf ...` logs under /tmp/r/A_1/B_1; perf rows still go to /tmp/r/perf.jsonl);
+    # a path's last part only (BW24_TUNING_DIR=/tmp/r/tables/w32 -> BW24_TUNING_DIR_w32: at e223fb5 the whole path
+    # made folders that ingest_evidence.py did not read)
+    export "$1" BW24_R=$R/${1%%=*}_$(basename "${1#*=}"); shift; exec bash "$0" "$SHA" "$@" ;;
   f32)  # the next stage with a float32 KV cache (BW24_KV_DTYPE=f32; f16 is the default); logs under /tmp/r/f32
     export BW24_KV_DTYPE=f32 BW24_R=/tmp/r/f32; exec bash "$0" "$SHA" "$@" ;;
   attnsweep)  # one decode step's attention a layer at the perf cells' shapes across the deep rows' settings
     (hdr; timeout 400 python3 $B/gpu_attn_sweep.py "$@"; echo "attn sweep rc=$?") > $R/attn_sweep.log 2>&1
     tail -60 $R/attn_sweep.log ;;
+  streamprobe)  # how fast one short kernel streams the 8B's 16 MiB attention cache in pass 1's shapes (gpu_stream_probe.py)
+    (hdr; timeout 120 python3 $B/gpu_stream_probe.py $R/stream_probe; echo "stream probe rc=$?") > $R/stream_probe.log 2>&1
+    tail -16 $R/stream_probe.log ;;
   knockout)  # knockout PRESET:QUANT:DEPTH...: each model's decode step's graph without each kernel family (gpu_knockout.py)
     (hdr; for m in "$@"; do [[ $m == *:* ]] && timeout 200 python3 $B/gpu_knockout.py $R/knockout "$m"; done
      echo "knockout rc=$?") >> $R/knockout.log 2>&1

@@ -7,7 +7,9 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   of it); the rows after that prefix are appended. Anything else is an error that names the first differing
   line, and nothing is written.
 - logs: kernel_check.log, pytest_gpu.log, run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
-  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log, mvbench.log (+ its mvbench.json), ncu_*.txt at the top of R_DIR; the same
+  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log,
+  mvbench.log (+ its mvbench.json), stream_probe.log (+ its stream_probe/stream_probe.json), ncu_*.txt at the top of
+  R_DIR; the same
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
@@ -68,12 +70,14 @@ def target_name(rel: Path, sha: str) -> str | None:
             return f"tuning_h200_{sha}{suffix}_loads_candidate_{name}"  # the candidate table the ab stage ran
         if parts[-3:-2] == ("tables",) and ext == "json":  # the variant stage's table, as the ab stage ran it
             return f"tuning_h200_{sha}{suffix}_variant_{parts[-2]}.json"
+        if parts[-2] == "stream_probe" and name == "stream_probe.json":  # the streamprobe stage's rows
+            return f"stream_probe_h200_{sha}{suffix}.json"
         if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
             return f"wb_{stem}_h200_{sha}{suffix}.log" if ext == "log" else \
                 f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None
         return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log", "moe_decode.log",
-                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log"):
+                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
             + f"_h200_{sha}{suffix}.log"
     if name == "mvbench.json":  # the mvbench stage's pytest-benchmark JSON (each case's GB/s in its extra_info)

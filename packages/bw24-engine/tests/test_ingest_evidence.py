@@ -112,6 +112,11 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("tables/wave1/nvidia-h200-sm90.json"), "abc1234") == \
         "tuning_h200_abc1234_variant_wave1.json"
     assert mod.target_name(Path("tables_wave1.log"), "abc1234") == "tuning_h200_abc1234_variant_wave1.log"
+    # the streamprobe stage's log and rows; a `with` of a path (its folder named by the last part since e223fb5)
+    assert mod.target_name(Path("stream_probe.log"), "abc1234") == "stream_probe_h200_abc1234.log"
+    assert mod.target_name(Path("stream_probe/stream_probe.json"), "abc1234") == "stream_probe_h200_abc1234.json"
+    assert mod.target_name(Path("BW24_TUNING_DIR_w32/perf_8ee999.log"), "abc1234") == \
+        "perf_h200_abc1234_tuning_dir_w32.log"
 
 
 def test_the_session_kernel_manifest_merges_into_the_committed_one_once_each(ingest, tmp_path):

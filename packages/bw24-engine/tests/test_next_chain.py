@@ -117,3 +117,19 @@ def test_variant_check_catches_a_bad_change_and_a_table_never_written(helpers):
     got = variant_problems("variant w Q4_K:4096x4096:rows=3\nab 2 x - BW24_PDL=0+BW24_TUNING_DIR=/tmp/r/tables/v\n"
                            "variant v Q4_K:4096x4096:rows=8\n", parse)
     assert len(got) == 2 and "rows=3" in got[0] and "variant v" in got[1]
+
+
+def test_with_names_its_folder_by_a_paths_last_part(tmp_path):
+    """h200_session.sh's `with VAR=/a/b/NAME STAGE`: the stage's logs under $R/VAR_NAME, one folder that
+    ingest_evidence.py reads (at e223fb5 the whole path made nested folders it skipped); a plain value as before."""
+    import subprocess
+
+    script = BENCH / "h200_session.sh"
+    body = script.read_text().split("  with)", 1)[1].split(";;", 1)[0]
+    cmd = body.split("\n")[-1].split("; shift")[0].strip()
+    assert cmd.startswith('export "$1" BW24_R=')
+    for value, want in (("BW24_TUNING_DIR=/tmp/r/tables/w32", "BW24_TUNING_DIR_w32"), ("BW24_PDL=0", "BW24_PDL_0"),
+                        ("BW24_ATTN_DECODE=32:66", "BW24_ATTN_DECODE_32:66")):
+        out = subprocess.run(["bash", "-c", f'set -- "{value}"; R={tmp_path}; {cmd}; echo "$BW24_R"'],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == f"{tmp_path}/{want}"

@@ -1,7 +1,6 @@
 """How fast one short kernel streams the 8B's decode-attention cache at 4,096 keys (16 MiB) when it does nothing else
 (benchmarks/stream_probe.cu, why there): the access shape of the attention's pass 1 (264 blocks of 4 warps, two
-32 KB tiles a block in flight at once) and the shapes around it, against the same bytes by plain loads and a large
-read's ceiling.
+32 KB tiles a block in flight at once) and the shapes around it, against the same bytes by plain loads.
 
     python gpu_stream_probe.py OUTDIR
 
@@ -72,8 +71,11 @@ CONFIGS = (
 def check_configs(configs=CONFIGS) -> None:
     """Every config covers REGION exactly and fits a block's shared memory (227 KB on sm_90)."""
     for c in configs:
-        if c.blocks * c.tiles * c.tile_chunks * CHUNK != REGION or c.smem > 227 * 1024 or c.threads % 32:
+        if c.blocks * c.tiles * c.tile_chunks * CHUNK != REGION:
             raise ValueError(f"stream probe config {c.name!r} does not tile {REGION} bytes")
+        if c.smem > 227 * 1024 or c.threads % 32:
+            raise ValueError(f"stream probe config {c.name!r}: {c.smem} bytes of shared memory a block (227 KB at "
+                             f"most) or {c.threads} threads (whole warps)")
 
 
 def main(out: Path) -> int:

@@ -7,7 +7,6 @@ The kernels themselves run on the GPU in kernel_check (kernel_cases_attn.py)."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -426,7 +425,7 @@ def test_attn_pipe_variant_compiles_and_is_selected_only_for_attention(tmp_path,
              "attn_split<256,256,4,32>", "attn_split<128,128,4,32,__half,true>")
     _attention_variant(tmp_path, monkeypatch, "attn_pipe", "BW24_ATTN_PIPE", names,
                        ({"BW24_ATTN_PIPE": 1, "BW24_PDL": 1}, {"BW24_ATTN_PIPE": 1, "BW24_ATTN_SUMS": 1}), label=False)
-    assert CudaOps.attn_pipe or os.environ.get("BW24_ATTN_PIPE") == "0"  # on unless the variable turns it off
+    assert CudaOps.attn_pipe is True  # (as the other default-on switches' tests: the variable unset)
 
 
 def test_attn_sums_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
@@ -933,12 +932,10 @@ def test_dec_late_is_opt_in_refused_or_recorded_and_built_into_the_tensor_core_a
 
     helpers.opt_in_switch(monkeypatch, "attn_dec_late", "attn_dec_late_env", "BW24_ATTN_DEC_LATE", "attn_dec_late",
                           "planted_declate", "BW24_PLANTED_DECLATE", "attention_dec_mma.cu", "attention.cu")
-    ops = CudaOps.__new__(CudaOps)
+    ops = CudaOps.__new__(CudaOps)  # (opt_in_switch checked the perf label, off and on)
     ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
-    assert "attn_dec_late" not in CudaOps.opt_in(ops)
     assert not any(d[0] == "BW24_DEC_MMA_LATE_TRIGGER" for d in ops.kernel_defines("attention_dec_mma.cu"))
     ops.attn_dec_late = True
-    assert "attn_dec_late" in CudaOps.opt_in(ops)
     assert ("BW24_DEC_MMA_LATE_TRIGGER", 1) in ops.kernel_defines("attention_dec_mma.cu")
     assert not any(d[0] == "BW24_DEC_MMA_LATE_TRIGGER" for d in ops.kernel_defines("attention.cu"))
     cases = [name for name, _ in dec_late_cases()]

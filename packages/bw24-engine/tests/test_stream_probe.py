@@ -1,6 +1,6 @@
 """benchmarks/gpu_stream_probe.py and stream_probe.cu (the attention cache's bytes streamed alone, in pass 1's shapes):
 its configs tile the region exactly and fit a block's shared memory, the kernels compile for sm_90a, and a config that
-does not tile the region is refused (the canary of that check)."""
+does not tile the region, or asks too much shared memory or part of a warp, is refused (the canaries of that check)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ def test_a_config_that_does_not_tile_the_region_is_refused(probe):
     bad = probe.Config("3 tiles", "stream_all", 128, 3, 32)  # 16 MiB is not a multiple of 96 KB
     with pytest.raises(ValueError, match="does not tile"):
         probe.check_configs((bad,))
-    with pytest.raises(ValueError, match="does not tile"):
+    with pytest.raises(ValueError, match="262144 bytes of shared memory"):
         probe.check_configs((probe.Config("too much shared memory", "stream_all", 128, 8, 32),))
+    with pytest.raises(ValueError, match="100 threads"):
+        probe.check_configs((probe.Config("part of a warp", "stream_ldg", 100, 1, 32),))
 
 
 def test_the_kernels_compile_for_sm90(tmp_path, monkeypatch):

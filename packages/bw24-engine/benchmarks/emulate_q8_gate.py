@@ -6,7 +6,7 @@ Per model: the run-gen gate (Engine.verify_prefill) on ops/ref_int8.Int8RefOps (
 rounding activations exactly where and how the cuda q8 path does), i.e. the exact-activation prefill vs
 decode maxdiff and the int8 prefill / decode NMSE against the exact decode, then the same with a planted
 bug (the int8 decode drops each matvec's last 32-column group). Numbers behind engine.Q8_GATE_NMSE
-(README "The run-gen gate on int8-activation models").
+(docs/gates.md "The run-gen gate on int8-activation models").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build llama.cpp's llama-bench, llama-speculative and llama-lookup on the offline GPU host, in the
 # background (setsid: it outlives the call that starts it while the machine stays warm).
-# Source: the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist (README "Speed"), trimmed of
+# Source: the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist (README "Issue 5: speed beside llama.cpp"), trimmed of
 # models/docs/tests/other backends and packed here as .llama/llsrc.tar.xz (carry .llama).
 #   bash packages/bw24-engine/benchmarks/gpu_llama_build.sh start   # returns at once
 #   bash packages/bw24-engine/benchmarks/gpu_llama_build.sh wait    # blocks until built; prints the log tail

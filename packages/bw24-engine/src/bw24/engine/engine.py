@@ -29,7 +29,7 @@ DEFAULT_MAX_CTX = 4096  # default n_ctx: the model's training context, capped he
 # Bound on the logits' normalised squared error, sum((x - r)^2) / sum((r - mean r)^2), of a forward
 # whose matvecs round activations to int8 (ops.quantizes_activations) against the same forward with
 # exact fp32 activations. llama.cpp's test-backend-ops allows 5e-4 for one quantized mul_mat (its CUDA
-# path also rounds activations to 8 bits). Measured whole-network NMSE is in the README ("The run-gen gate
+# path also rounds activations to 8 bits). Measured whole-network NMSE is in docs/gates.md ("The run-gen gate
 # on int8-activation models"): real models 6e-5 to 9e-5, random synthetic ones up to Q8_GATE_NMSE's order,
 # a dropped 32-column group (the canary) 1e-2 to 0.2.
 Q8_GATE_NMSE = 2e-3
@@ -231,7 +231,7 @@ class Engine:
         Drift's class of that exact decode. (Two rounded forwards cannot be held to 1e-2 of each other:
         their inputs differ in the last bits from the summation order, elements on a rounding boundary
         flip by a whole int8 step or float16 ulp, deep random models amplify it: the synthetic
-        qwen3-30b-a3b's router turned a float16 cache's 1e-3 into 0.13 at ca80b31; see the README.)
+        qwen3-30b-a3b's router turned a float16 cache's 1e-3 into 0.13 at ca80b31; see docs/gates.md.)
         sensitivity: also measure the rounding alone where it does not set the bound (a probe of how much this
         model amplifies the backend's rounding, reported beside the drift; the bound is unchanged).
         A mixture of experts' rounded half (and its rounding alone) runs on the routing the exact decode

@@ -94,7 +94,7 @@ constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNRO
 // A decode thread's first weight group loaded before the PDL wait (1, the default: the weights are written by no
 // kernel, so their loads may overlap the kernel ahead), or after it (0: BW24_QMV8_EARLY=0, ops/cuda/backend.py
 // qmv8_early). Why the switch: under PDL the Q8_0 8B's step costs 0.74 ms more a token at 4,096 keys than at 0,
-// against 0.32 ms without PDL and 0.33 ms for the Q4_K_M 8B with it (H200, ac4d4d4: README "What ran on the H200
+// against 0.32 ms without PDL and 0.33 ms for the Q4_K_M 8B with it (H200, ac4d4d4: docs/h200-log.md "What ran on the H200
 // (ac4d4d4 and e0780dc)"); PDL starts the next kernels' blocks while the attention still streams its cache, and
 // their early weight loads (twice the bytes on Q8_0) may slow it. The same dots in the same order either way: the
 // same bits (kernel-check's "q8 decode late == early bitwise").

@@ -39,7 +39,7 @@ def kv_dtype_from_env() -> Any:
     """The KV-cache element: float16 (llama.cpp's default: half the attention bytes at depth) unless
     BW24_KV_DTYPE=f32. f16 was made the default after the H200 gates at 5dd78dc / this commit: run-gen
     MATCH on smollm2 and the synthetic 8B, verify rows bit-identical to decode, the GPU pytest green
-    (README "Speed today")."""
+    (docs/h200-log.md "Decode and prefill figures by commit")."""
     from ...kv_cache import kv_dtype
 
     return kv_dtype(os.environ.get("BW24_KV_DTYPE", "f16"), "BW24_KV_DTYPE")
@@ -79,7 +79,7 @@ class CudaOps(Ops):
         """Off for mixture-of-experts models with BW24_MOE_Q8=0 (their default until 2c3a1bc): the router
         reads activations that int8 rounding has moved and near-tied experts flip (synthetic qwen3-30b-a3b
         on the H200: int8 decode NMSE 2.4e-3, prefill 9.9e-3 vs the gate's 2e-3 at a878d46, before the
-        gate pinned the routing; README "The run-gen gate on int8-activation models"). Every matvec then takes the fp32-activation path but the
+        gate pinned the routing; docs/gates.md "The run-gen gate on int8-activation models"). Every matvec then takes the fp32-activation path but the
         vocabulary head (launch.QmvConfigs.f32_body), which feeds no router: on fp32 activations the
         30B-A3B's Q6_K head took 207 us a token for 255 MB (a6dcfe3), the 8B's q8 head 3.6 TB/s. The gate
         then names the head's rounding (rounded_paths: "int8-head")."""
@@ -516,7 +516,7 @@ class CudaOps(Ops):
     # A decode q8 matvec's first weight group loaded before its PDL wait (kernels/qmatvec_q8.cu QMV8_EARLY, why there;
     # the same bits). The default; BW24_QMV8_EARLY=0 loads it after the wait (perf rows "no_qmv8_early"): the test
     # of whether those early loads, in the kernels PDL starts while the attention still streams its cache, are what
-    # costs the Q8_0 model ~12 us a layer at depth under PDL (README "What ran on the H200 (ac4d4d4 and e0780dc)").
+    # costs the Q8_0 model ~12 us a layer at depth under PDL (docs/h200-log.md "What ran on the H200 (ac4d4d4 and e0780dc)").
     qmv8_early_env = os.environ.get("BW24_QMV8_EARLY", "1")
     qmv8_early = qmv8_early_env != "0"
     tuning_dir_env = TUNING_DIR_ENV  # (ops/cuda/launch.py TUNING_DIR; perf rows "tuning_dir")

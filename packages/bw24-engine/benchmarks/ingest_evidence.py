@@ -25,7 +25,7 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
 - a log whose first line names another commit (`git: X`) is left out and said so: the host's /tmp can outlive a
   session (h200_session.sh's setup clears /tmp/r since e223fb5's, whose pack held f020fd1's logs).
 
-Then regenerate the README table: python -m bw24.engine.cli bench --table --write README.md
+Then regenerate the README's tables: python -m bw24.engine.cli bench --table --targets benchmarks/targets.toml --write README.md
 """
 
 from __future__ import annotations

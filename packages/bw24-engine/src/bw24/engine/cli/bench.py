@@ -31,19 +31,30 @@ def register(sub) -> None:
     p.add_argument("--table", action="store_true", help="print the README table from --perf-file and exit")
     p.add_argument("--write", default=None, metavar="README.md", help="with --table: replace the marked section")
     p.add_argument("--device", default=None, help="with --table: only this device's rows")
+    p.add_argument("--targets", default=None, metavar="TARGETS.toml",
+                   help="with --table: also each target's standing (benchmarks/targets.toml: issue 5's), from the "
+                        "latest default rows beside llama.cpp; with --write, into the file's perf-targets section")
     p.set_defaults(func=run)
 
 
 def _table(args) -> int:
     from ..perf.jsonl import read_rows
     from ..perf.table import render_table, write_table
+    from ..perf.targets import load_targets, render_targets, write_targets
 
     rows = read_rows(args.perf_file)
+    targets = load_targets(args.targets) if args.targets else None  # (a bad file stops before anything is written)
     if args.write:
-        write_table(args.write, rows, args.device)
+        if targets is None:
+            write_table(args.write, rows, args.device)
+        else:  # both sections or neither: a file without the targets' markers keeps its old table too
+            write_targets(args.write, rows, targets, args.device, also_table=True)
+            print(f"bench: wrote the standing of {len(targets)} targets into {args.write}")
         print(f"bench: wrote the perf table ({len(rows)} rows read) into {args.write}")
     else:
         print(render_table(rows, args.device), end="")
+        if targets is not None:
+            print("\n" + render_targets(rows, targets, args.device), end="")
     return 0
 
 

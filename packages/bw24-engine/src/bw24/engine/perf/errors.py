@@ -1,4 +1,4 @@
-"""Typed errors of the bench: bad cells files, missing README markers, a failed llama-bench run."""
+"""Typed errors of the bench: bad cells or targets files, missing README markers, a failed llama-bench run."""
 
 from __future__ import annotations
 
@@ -18,7 +18,11 @@ class NoCellsSelectedError(PerfError):
 
 
 class TableMarkersError(PerfError):
-    """The file given to --write lacks the perf-table markers (or has them out of order)."""
+    """The file given to --write lacks the perf-table (or perf-targets) markers, or has them out of order."""
+
+
+class TargetsFileError(PerfError):
+    """The targets file is missing, is not TOML, or a target has a bad or missing field."""
 
 
 class LlamaBenchError(PerfError):

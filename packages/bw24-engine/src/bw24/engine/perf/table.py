@@ -43,11 +43,12 @@ def render_table(rows: list[dict], device: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_section(text: str, table: str) -> str:
-    b, e = text.find(BEGIN), text.find(END)
+def replace_section(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    """text with the part between the begin and end marker lines replaced by table (the markers stay)."""
+    b, e = text.find(begin), text.find(end)
     if b < 0 or e < 0 or e < b:
-        raise TableMarkersError(f"the file needs the lines {BEGIN} and {END} (in that order) around the table")
-    return text[: b + len(BEGIN)] + "\n" + table + text[e:]
+        raise TableMarkersError(f"the file needs the lines {begin} and {end} (in that order) around the table")
+    return text[: b + len(begin)] + "\n" + table + text[e:]
 
 
 def write_table(path: str | Path, rows: list[dict], device: str | None = None) -> None:

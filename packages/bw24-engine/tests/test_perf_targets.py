@@ -137,3 +137,19 @@ def test_cli_writes_both_sections_and_refuses_a_bad_targets_file(tmp_path, capsy
     before = readme.read_text()
     assert main(args) == 2
     assert "missing field 'ratio'" in capsys.readouterr().err and readme.read_text() == before
+
+
+def test_the_readme_tables_are_the_rows_regenerated():
+    """Neither README table is typed by hand: each equals what `bench --table --targets` writes from the committed
+    rows (after new rows are appended, the command is rerun; this fails until it is)."""
+    from bw24.engine.perf.jsonl import read_rows
+    from bw24.engine.perf.table import render_table, replace_section
+
+    text = (ROOT / "README.md").read_text()
+    rows = read_rows(ROOT / "benchmarks" / "perf.jsonl")
+    targets = load_targets(ROOT / "benchmarks" / "targets.toml")
+    assert replace_section(text, render_table(rows)) == text
+    assert replace_section(text, render_targets(rows, targets), BEGIN, END) == text
+    first = text[text.index(BEGIN):].splitlines()[3]  # canary: the first target's line typed over
+    typed = text.replace(first, first.replace(" | ", " | 9,999.9 (typed) | ", 1), 1)
+    assert typed != text and replace_section(typed, render_targets(rows, targets), BEGIN, END) == text

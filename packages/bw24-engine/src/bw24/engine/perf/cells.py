@@ -18,11 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CellsFileError, NoCellsSelectedError
-
-try:
-    import tomllib
-except ImportError:  # python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from .tomlfile import toml_tables
 
 MODES = ("decode", "prefill", "spec")
 DRAFTERS = ("ngram", "self")
@@ -81,16 +77,7 @@ def cell_from_dict(d: dict, where: str = "cell") -> Cell:
 
 
 def load_cells(path: str | Path) -> list[Cell]:
-    p = Path(path)
-    if not p.is_file():
-        raise CellsFileError(f"cells file {p} does not exist")
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise CellsFileError(f"{p}: not valid TOML ({e})") from None
-    raw = data.get("cell")
-    if not isinstance(raw, list) or not raw:
-        raise CellsFileError(f"{p}: no [[cell]] tables")
+    p, raw = toml_tables(path, "cell", CellsFileError, "cells")
     cells = [cell_from_dict(d, f"{p} cell #{i + 1}") for i, d in enumerate(raw)]
     seen: dict[str, int] = {}
     for i, c in enumerate(cells):

@@ -14,11 +14,7 @@ from pathlib import Path
 from .baseline import headline, variant
 from .errors import TargetsFileError
 from .table import _gib, _num, render_table, replace_section
-
-try:
-    import tomllib
-except ImportError:  # python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from .tomlfile import toml_tables
 
 BEGIN = "<!-- perf-targets:begin -->"
 END = "<!-- perf-targets:end -->"
@@ -90,16 +86,7 @@ def target_from_dict(d: dict, where: str = "target") -> Target:
 
 
 def load_targets(path: str | Path) -> list[Target]:
-    p = Path(path)
-    if not p.is_file():
-        raise TargetsFileError(f"targets file {p} does not exist")
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise TargetsFileError(f"{p}: not valid TOML ({e})") from None
-    raw = data.get("target")
-    if not isinstance(raw, list) or not raw:
-        raise TargetsFileError(f"{p}: no [[target]] tables")
+    p, raw = toml_tables(path, "target", TargetsFileError, "targets")
     targets = [target_from_dict(d, f"{p} target #{i + 1}") for i, d in enumerate(raw)]
     seen: set[str] = set()
     for t in targets:

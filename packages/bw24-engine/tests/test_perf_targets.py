@@ -13,6 +13,7 @@ from bw24.engine.perf.cells import load_cells
 from bw24.engine.perf.errors import TableMarkersError, TargetsFileError
 from bw24.engine.perf.table import BEGIN as TABLE_BEGIN
 from bw24.engine.perf.table import END as TABLE_END
+from bw24.engine.perf.table import render_table, write_sections
 from bw24.engine.perf.targets import (
     BEGIN,
     END,
@@ -20,7 +21,6 @@ from bw24.engine.perf.targets import (
     load_targets,
     render_targets,
     standings,
-    write_targets,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -83,14 +83,15 @@ def test_write_replaces_both_sections_or_neither(tmp_path):
     p = tmp_path / "README.md"
     body = f"# x\n{TABLE_BEGIN}\nold table\n{TABLE_END}\nmid\n{BEGIN}\nold targets\n{END}\ntail\n"
     p.write_text(body)
-    write_targets(p, [row(2.1)], [T8B], also_table=True)
+    both = {(TABLE_BEGIN, TABLE_END): render_table([row(2.1)]), (BEGIN, END): render_targets([row(2.1)], [T8B])}
+    write_sections(p, both)
     text = p.read_text()
     assert "old table" not in text and "old targets" not in text and text.endswith(f"{END}\ntail\n")
     assert "| **met** |" in text and f"| {CELL} | 525.0 |" in text
     only_table = f"{TABLE_BEGIN}\nold table\n{TABLE_END}\n"
     p.write_text(only_table)
     with pytest.raises(TableMarkersError, match="perf-targets"):
-        write_targets(p, [row(2.1)], [T8B], also_table=True)
+        write_sections(p, both)
     assert p.read_text() == only_table
 
 
@@ -143,7 +144,7 @@ def test_the_readme_tables_are_the_rows_regenerated():
     """Neither README table is typed by hand: each equals what `bench --table --targets` writes from the committed
     rows (after new rows are appended, the command is rerun; this fails until it is)."""
     from bw24.engine.perf.jsonl import read_rows
-    from bw24.engine.perf.table import render_table, replace_section
+    from bw24.engine.perf.table import replace_section
 
     text = (ROOT / "README.md").read_text()
     rows = read_rows(ROOT / "benchmarks" / "perf.jsonl")

@@ -38,23 +38,24 @@ def register(sub) -> None:
 
 
 def _table(args) -> int:
+    from ..perf import table
+    from ..perf import targets as tg
     from ..perf.jsonl import read_rows
-    from ..perf.table import render_table, write_table
-    from ..perf.targets import load_targets, render_targets, write_targets
 
     rows = read_rows(args.perf_file)
-    targets = load_targets(args.targets) if args.targets else None  # (a bad file stops before anything is written)
+    targets = tg.load_targets(args.targets) if args.targets else None  # (a bad file stops before anything is written)
     if args.write:
-        if targets is None:
-            write_table(args.write, rows, args.device)
-        else:  # both sections or neither: a file without the targets' markers keeps its old table too
-            write_targets(args.write, rows, targets, args.device, also_table=True)
+        sections = {(table.BEGIN, table.END): table.render_table(rows, args.device)}
+        if targets is not None:  # both sections or neither: a file without the targets' markers keeps its old table
+            sections[(tg.BEGIN, tg.END)] = tg.render_targets(rows, targets, args.device)
+        table.write_sections(args.write, sections)
+        if targets is not None:
             print(f"bench: wrote the standing of {len(targets)} targets into {args.write}")
         print(f"bench: wrote the perf table ({len(rows)} rows read) into {args.write}")
     else:
-        print(render_table(rows, args.device), end="")
+        print(table.render_table(rows, args.device), end="")
         if targets is not None:
-            print("\n" + render_targets(rows, targets, args.device), end="")
+            print("\n" + tg.render_targets(rows, targets, args.device), end="")
     return 0
 
 

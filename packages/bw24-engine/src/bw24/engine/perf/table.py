@@ -51,8 +51,17 @@ def replace_section(text: str, table: str, begin: str = BEGIN, end: str = END) -
     return text[: b + len(begin)] + "\n" + table + text[e:]
 
 
-def write_table(path: str | Path, rows: list[dict], device: str | None = None) -> None:
+def write_sections(path: str | Path, sections: dict[tuple[str, str], str]) -> None:
+    """Each (begin, end) marker pair's section of the file replaced by its body, in one write: every pair of
+    markers present, or nothing changes."""
     p = Path(path)
     if not p.is_file():
         raise TableMarkersError(f"--write: {p} does not exist")
-    p.write_text(replace_section(p.read_text(), render_table(rows, device)))
+    text = p.read_text()
+    for (begin, end), body in sections.items():
+        text = replace_section(text, body, begin, end)
+    p.write_text(text)
+
+
+def write_table(path: str | Path, rows: list[dict], device: str | None = None) -> None:
+    write_sections(path, {(BEGIN, END): render_table(rows, device)})

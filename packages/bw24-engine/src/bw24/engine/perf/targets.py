@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .baseline import headline, variant
 from .errors import TargetsFileError
-from .table import _gib, _num, render_table, replace_section
+from .table import _gib, _num
 from .tomlfile import toml_tables
 
 BEGIN = "<!-- perf-targets:begin -->"
@@ -127,15 +127,3 @@ def render_targets(rows: list[dict], targets: list[Target], device: str | None =
                          f"{str(r.get('time', '?'))[:10]} | {s.device} | {str(r.get('git', '?'))[:7]} |")
     return "\n".join(lines) + "\n"
 
-
-def write_targets(path: str | Path, rows: list[dict], targets: list[Target], device: str | None = None,
-                  also_table: bool = False) -> None:
-    """The targets' section of the file (and, also_table, the cells table's), in one write: both markers or
-    nothing changes."""
-    p = Path(path)
-    if not p.is_file():
-        raise TargetsFileError(f"--write: {p} does not exist")
-    text = p.read_text()
-    if also_table:
-        text = replace_section(text, render_table(rows, device))
-    p.write_text(replace_section(text, render_targets(rows, targets, device), BEGIN, END))

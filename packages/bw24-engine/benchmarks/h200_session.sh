@@ -3,7 +3,7 @@
 # (the machine stays warm ~30 s between calls; files outside the working tree survive while it does).
 #   bash packages/bw24-engine/benchmarks/h200_session.sh GIT_SHA STAGE [ARGS...]
 # Every stage logs under /tmp/r/<stage>* and prints a short summary; `pack` tars /tmp/r into $OUT.
-# Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | kc | stages | overlap T D | ranks M OUT [N] | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
+# Stages: setup | piece NN | place NAME... | await FILE [SECS] | warm | probe [SUITE...] | kc | stages | overlap T D | ranks M OUT [N] | gates MODEL... | real | profile | nb | wb NAME | ncu P:Q | perf CELLS | spec | pack
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
@@ -14,8 +14,9 @@
 #         | loads [--loads 0,1,...] [--shapes all] (benchmarks/gpu_qmv8_loads.py: the decode q8 matvec's loads in flight,
 #           BW24_QMV8_LOADS; its candidate table under /tmp/r/loads/table for `ab ... BW24_TUNING_DIR=/tmp/r/loads/table`)
 #         | mvbench [EXPR] (benchmarks/test_bench_matvec_gpu.py: pytest-benchmark, each quant type's matvec at the 8B's shapes)
-#         | variant NAME TYPE:NxK:FIELD=V... (benchmarks/table_variant.py: the committed table with those entries changed,
-#           as /tmp/r/tables/NAME for `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`)
+#         | variant NAME TYPE:NxK:FIELD=V... | variant NAME --bare (benchmarks/table_variant.py: this GPU's committed
+#           table with those entries changed, or none: the built-in defaults, as /tmp/r/tables/NAME for
+#           `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`)
 #         | mvsweep (benchmarks/gpu_matvec.py --stages compile,sweep: decode matvec configs; BW24_SWEEP_* through `with`)
 #         par STAGE ARGS [, STAGE ARGS].. [+ ...] (sub-chains at once, e.g. `par kc + await F 300 , gates M , pytest`)
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
@@ -152,6 +153,12 @@ PY
   attnsweep)  # one decode step's attention a layer at the perf cells' shapes across the deep rows' settings
     (hdr; timeout 400 python3 $B/gpu_attn_sweep.py "$@"; echo "attn sweep rc=$?") > $R/attn_sweep.log 2>&1
     tail -60 $R/attn_sweep.log ;;
+  probe)  # probe [SUITE...]: bw24-probe on this GPU (info bandwidth latency gemm mma unless named), saved to the
+    # user cache that bench's roofline reads (a GPU without a packaged record, the H100, has no roofline otherwise)
+    # and kept as $R/probe/ceilings.json (ingest_evidence.py: ceilings_<gpu>_SHA.json)
+    mkdir -p $R/probe; (hdr; timeout 300 python3 -m bw24.probe.cli ${@:-info bandwidth latency gemm mma} \
+      --json $R/probe/ceilings.json; echo "probe rc=$?") > $R/probe.log 2>&1
+    grep -iE "hbm|sm_count|rc=|rror" $R/probe.log | cut -c1-150 | head -12 ;;
   streamprobe)  # how fast one short kernel streams the 8B's 16 MiB attention cache in pass 1's shapes (gpu_stream_probe.py)
     (hdr; timeout 120 python3 $B/gpu_stream_probe.py $R/stream_probe; echo "stream probe rc=$?") > $R/stream_probe.log 2>&1
     tail -16 $R/stream_probe.log ;;
@@ -183,8 +190,9 @@ PY
       --benchmark-json $R/mvbench.json --benchmark-columns=min,median,rounds ${1:+-k "$1"}; echo "mvbench rc=$?") \
       > $R/mvbench.log 2>&1
     grep -E "GB/s|passed|failed|rror|rc=" $R/mvbench.log | tail -34 ;;
-  variant)  # variant NAME TYPE:NxK:FIELD=V...: the committed tuning table with those matvec entries changed
-    # (table_variant.py), as $R/tables/NAME/<key>.json for a later `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`
+  variant)  # variant NAME TYPE:NxK:FIELD=V... | variant NAME --bare: this GPU's committed tuning table with those
+    # matvec entries changed, or with none at all (the built-in defaults) (table_variant.py), as
+    # $R/tables/NAME/<key>.json for a later `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`
     n=$1; shift; python3 $B/table_variant.py $R/tables/$n "$@" 2>&1 | tee $R/tables_$n.log ;;
   vsweep)
     (hdr; timeout 500 python3 $B/gpu_verify_sweep.py $R/vsweep "$@"; echo "vsweep rc=$?") > $R/vsweep.log 2>&1

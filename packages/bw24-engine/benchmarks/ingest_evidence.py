@@ -12,7 +12,9 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   R_DIR; the same
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
-  line added where the log lacks one (profile.log: the torch profiler's warnings dropped).
+  line added where the log lacks one (profile.log: the torch profiler's warnings dropped). h200 stands for the GPU
+  the logs name (gpu_tag: h100 on an H100; --device overrides it).
+- the probe stage's probe.log and probe/ceilings.json (probe_h200_<SHA>.log, ceilings_h200_<SHA>.json).
 - the `variant` stage's tables/NAME/<key>.json and tables_NAME.log (tuning_h200_<SHA>_variant_NAME.json / .log).
 - the `loads` stage's loads/qmv8_loads.log and loads/summary.txt (qmv8_loads[_summary]_h200_<SHA>), and its
   candidate table loads/table/<key>.json as tuning_h200_<SHA>_loads_candidate_<key>.json (as it is, no header).
@@ -52,8 +54,33 @@ def suffix_of(folder: str) -> str:
     return "_" + (name[:-2] if name.endswith("_1") else name)
 
 
-def target_name(rel: Path, sha: str) -> str | None:
-    """The evidence file name for a log at rel (relative to R_DIR), or None for files that stay behind."""
+def gpu_tag(device: str) -> str:
+    """The GPU's short name in evidence file names: 'NVIDIA H200' -> h200, 'NVIDIA H100 80GB HBM3' -> h100 (the first
+    word that is a letter and digits), else the whole name as a slug. Why: at e3a8180 an H100 came for the H200, and
+    its logs must not be filed under h200 names beside the H200's."""
+    words = re.findall(r"[a-z0-9]+", device.lower())
+    return next((w for w in words if re.fullmatch(r"[a-z]{1,2}\d{2,4}[a-z]?", w)), "-".join(words) or "gpu")
+
+
+def log_device(r: Path) -> str | None:
+    """The GPU a session's logs name in their "# device: NAME, DRIVER; ..." first line (warm.log first), or None."""
+    logs = sorted(r.rglob("*.log"), key=lambda p: (p.name != "warm.log", str(p)))
+    for p in logs:
+        with p.open(errors="replace") as fh:
+            m = re.match(r"^# device: ([^,;]+)", fh.readline())
+        if m and m[1].strip():
+            return m[1].strip()
+    return None
+
+
+def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
+    """The evidence file name for a log at rel (relative to R_DIR), or None for files that stay behind; gpu is the
+    device's gpu_tag."""
+    name = _name_h200(rel, sha)
+    return name if name is None or gpu == "h200" else name.replace(f"h200_{sha}", f"{gpu}_{sha}", 1)
+
+
+def _name_h200(rel: Path, sha: str) -> str | None:
     parts = rel.parts
     suffix = "".join(suffix_of(p) for p in parts[:-1] if p.startswith("BW24_"))
     name = parts[-1]
@@ -72,12 +99,14 @@ def target_name(rel: Path, sha: str) -> str | None:
             return f"tuning_h200_{sha}{suffix}_variant_{parts[-2]}.json"
         if parts[-2] == "stream_probe" and name == "stream_probe.json":  # the streamprobe stage's rows
             return f"stream_probe_h200_{sha}{suffix}.json"
+        if parts[-2] == "probe" and name == "ceilings.json":  # the probe stage's record (bw24-probe --json)
+            return f"ceilings_h200_{sha}{suffix}.json"
         if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
             return f"wb_{stem}_h200_{sha}{suffix}.log" if ext == "log" else \
                 f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None
         return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log", "moe_decode.log",
-                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log"):
+                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log", "probe.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
             + f"_h200_{sha}{suffix}.log"
     if name == "mvbench.json":  # the mvbench stage's pytest-benchmark JSON (each case's GB/s in its extra_info)
@@ -117,13 +146,13 @@ def foreign(p: Path, sha: str) -> str | None:
     return m[1]
 
 
-def plan(r: Path, sha: str, skipped: list[str] | None = None) -> dict[str, list[Path]]:
+def plan(r: Path, sha: str, skipped: list[str] | None = None, gpu: str = "h200") -> dict[str, list[Path]]:
     """Evidence name -> the logs (in name order) that make it; a log another commit's session wrote (foreign) is
     left out, and named in `skipped` where given."""
     out: dict[str, list[Path]] = {}
     for p in sorted(r.rglob("*")):
         if p.is_file():
-            t = target_name(p.relative_to(r), sha)
+            t = target_name(p.relative_to(r), sha, gpu)
             if t is None:
                 continue
             other = foreign(p, sha)
@@ -176,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("r", type=Path)
     ap.add_argument("sha")
-    ap.add_argument("--device", default="NVIDIA H200")
+    ap.add_argument("--device", default=None, help="the GPU (default: the one the logs' first lines name)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     if not re.fullmatch(r"[0-9a-f]{7,40}", a.sha):
@@ -187,9 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"ingest: {e}", file=sys.stderr)
         return 1
-    header = f"# device: {a.device}; git: {a.sha} (header added by ingest_evidence.py)"
+    device = a.device or log_device(a.r)
     skipped: list[str] = []
-    files = plan(a.r, a.sha, skipped)
+    files = plan(a.r, a.sha, skipped, gpu_tag(device or "h200"))
+    if device is None and files:  # (perf rows and a kernel manifest name no GPU in a file name)
+        print(f"ingest: no log in {a.r} names its GPU (# device: ...): pass --device", file=sys.stderr)
+        return 2
+    header = f"# device: {device}; git: {a.sha} (header added by ingest_evidence.py)"
+    if files:
+        print(f"device: {device} (file names: {gpu_tag(device)})")
     for s in skipped:
         print(f"ingest: left out {s}: another commit's session (a stale /tmp/r on the host)")
     for name, paths in files.items():

@@ -2,12 +2,16 @@
 (h200_session.sh's `variant` stage, then `ab ... BW24_TUNING_DIR=/tmp/r/tables/NAME`):
 
     python packages/bw24-engine/benchmarks/table_variant.py OUT_DIR TYPE:NxK:FIELD=V[,FIELD=V] ... [--note TEXT]
+    python packages/bw24-engine/benchmarks/table_variant.py OUT_DIR --bare     # this device's key, no entries
 
 e.g. `Q4_K:4096x4096:rows=8`: the 8B's output projection at 8 rows a block. FIELD is rows, warps or loads, each
 with the values the kernels are built for (launch.QMV_SPACE, q8.QMV8_LOADS); the entry keeps its other fields, and a
 shape the table lacks starts from its type's default. Writes OUT_DIR/<key>.json: the committed table (the one
 bw24 reads without BW24_TUNING_DIR) with those entries replaced and a provenance record of the change, checked by
 the reader bw24 uses (a table it could not read would make the A/B time the built-in defaults under its name).
+The base is the table of the GPU it runs on (its device key; --key names another, e.g. on a machine without a GPU).
+`--bare` writes that key's table with no entries at all: the built-in defaults, as an A/B's other arm where the
+committed table is the one under test (e.g. the H100's, copied from the H200's).
 
 Why a tool and not a hand-edited copy: the variant is the committed table at the commit under test plus exactly
 the named changes, written on the GPU host from that commit, so the A/B compares one thing. rows (R) regroups a
@@ -80,29 +84,56 @@ def write_variant(out: Path, data: dict) -> Path:
     return path
 
 
+def running_key() -> str | None:
+    """The device key of the GPU this runs on (bw24 reads <key>.json there), None without a GPU."""
+    from bw24.runtime import device_info, device_key, has_gpu
+
+    if not has_gpu():
+        return None
+    d = device_info()
+    return device_key(d.name, d.cc)
+
+
 def committed_table(key: str | None) -> dict:
-    """The table bw24 reads without BW24_TUNING_DIR: key's, or the only one there when key is None."""
-    files = sorted(COMMITTED.glob("*.json")) if key is None else [COMMITTED / f"{key}.json"]
-    if len(files) != 1 or not files[0].is_file():
-        raise ValueError(f"no single committed table to start from in {COMMITTED} (key {key!r}): pass --key")
-    return read_table(files[0])
+    """The table bw24 reads without BW24_TUNING_DIR for key (None: this GPU's; ValueError without one)."""
+    key = key or running_key()
+    if key is None:
+        raise ValueError("no GPU here to take the device key from: pass --key")
+    path = COMMITTED / f"{key}.json"
+    if not path.is_file():
+        have = ", ".join(p.stem for p in sorted(COMMITTED.glob("*.json")))
+        raise ValueError(f"no committed table {path.name} in {COMMITTED} (there: {have})")
+    return read_table(path)
+
+
+def bare_table(table: dict, note: str) -> dict:
+    """table's device fields only: no section, so every lookup falls to the built-in defaults."""
+    data = {k: table[k] for k in ("schema", "device", "cc", "key")}
+    data["provenance"] = {"variant": {"script": "packages/bw24-engine/benchmarks/table_variant.py", "bare": True,
+                                      "note": note or "the built-in defaults (no entries)"}}
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("changes", nargs="+", help="TYPE:NxK:FIELD=V[,FIELD=V]")
-    ap.add_argument("--key", help="the device's table (default: the only committed one)")
+    ap.add_argument("changes", nargs="*", help="TYPE:NxK:FIELD=V[,FIELD=V]")
+    ap.add_argument("--key", help="the device's table (default: the GPU this runs on)")
+    ap.add_argument("--bare", action="store_true", help="no entries: the built-in defaults under this device's key")
     ap.add_argument("--note", default="", help="why: goes into the table's provenance")
-    a = ap.parse_args(argv)
+    a = ap.parse_intermixed_args(argv)  # (changes after an option, too)
+    if bool(a.changes) == a.bare:
+        print("table_variant: give changes or --bare (not both)", file=sys.stderr)
+        return 2
     try:
         changes = [parse_change(s) for s in a.changes]
-        data = make_variant(committed_table(a.key), changes, a.note or " ".join(a.changes))
+        base = committed_table(a.key)
+        data = bare_table(base, a.note) if a.bare else make_variant(base, changes, a.note or " ".join(a.changes))
         path = write_variant(a.out, data)
     except ValueError as e:  # (TuningTableError is one)
         print(f"table_variant: {e}", file=sys.stderr)
         return 2
-    for k, v in data["provenance"]["variant"]["entries"].items():
+    for k, v in data["provenance"]["variant"].get("entries", {}).items():
         print(f"{k}: {v['before']} -> {v['after']}")
     if any("warps" in f for _, _, f in changes):
         print("note: warps changes a row's summation order; run the gate with this table too")

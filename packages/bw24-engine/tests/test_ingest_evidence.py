@@ -157,3 +157,30 @@ def test_logs_another_commits_session_wrote_are_left_out_and_named(ingest, tmp_p
     assert (ev / "perf_h200_abc1234.log").read_text().count("# device") == 1  # perf_1a2b3c's part alone
     assert "old cells" not in (ev / "perf_h200_abc1234.log").read_text()
     assert (ev / "run_gen_smollm2-135m_cuda_h200_abc1234.log").exists()
+
+
+def test_an_h100_sessions_logs_are_filed_under_h100_names(ingest, tmp_path, capsys):
+    """The GPU comes from the logs' "# device:" line: an H100 that came for the H200 (e3a8180's session) files its
+    logs as *_h100_*, never beside the H200's under h200 names; the probe stage's log and ceilings record too. A
+    folder whose logs name no GPU is refused unless --device says which."""
+    mod, ev, perf = ingest
+    assert mod.gpu_tag("NVIDIA H200") == "h200" and mod.gpu_tag("NVIDIA H100 80GB HBM3") == "h100"
+    assert mod.gpu_tag("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"
+    r = tmp_path / "r"
+    (r / "probe").mkdir(parents=True)
+    hdr = "# device: NVIDIA H100 80GB HBM3, 580.95; date: 2026-12-06; git: abc1234\n"
+    (r / "warm.log").write_text(hdr + "warm rc=0\n")
+    (r / "kernel_check.log").write_text(hdr + "ALL GREEN\n")
+    (r / "probe.log").write_text(hdr + "hbm read 3.0 TB/s\n")
+    (r / "probe" / "ceilings.json").write_text('{"schema": 1}')
+    (r / "perf_ab.log").write_text("== - round 1\n")  # no header: ingest adds the H100's
+    assert mod.main([str(r), "abc1234"]) == 0
+    assert sorted(p.name for p in ev.iterdir()) == ["ceilings_h100_abc1234.json", "kernel_check_h100_abc1234.log",
+                                                     "perf_ab_h100_abc1234.log", "probe_h100_abc1234.log"]
+    assert (ev / "perf_ab_h100_abc1234.log").read_text().startswith("# device: NVIDIA H100 80GB HBM3; git: abc1234")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "perf_ab.log").write_text("== - round 1\n")
+    assert mod.main([str(bare), "abc1234"]) == 2 and "--device" in capsys.readouterr().err
+    assert mod.main([str(bare), "abc1234", "--device", "NVIDIA H200"]) == 0
+    assert (ev / "perf_ab_h200_abc1234.log").is_file()

@@ -1,11 +1,13 @@
-"""benchmarks/next_chain.txt, the next H200 session's stages, checked here: a typo there costs device
-minutes (a stage the driver does not know, a perf cell that matches no cell, a variable never read)."""
+"""benchmarks/next_chain.txt, the next H200 session's stages, and next_chain_h100.txt, the chain for an H100 that
+comes in its place, checked here: a typo there costs device minutes (a stage the driver does not know, a perf cell
+that matches no cell, a variable never read)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 from bw24.engine.perf.cells import load_cells
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,7 +65,11 @@ def variant_problems(text: str, parse_change) -> list[str]:
         words = st.split()
         if words[0] == "variant":
             made.add(words[1] if len(words) > 1 else "")
-            for spec in words[2:] or ["(none)"]:
+            changes = [w for w in words[2:] if not w.startswith("--")]
+            if "--bare" in words[2:]:  # the built-in defaults under this GPU's key: no change to parse, none allowed
+                bad += [f"{st}: --bare takes no changes"] if changes else []
+                continue
+            for spec in changes or ["(none)"]:
                 try:
                     parse_change(spec)
                 except ValueError as e:
@@ -84,9 +90,10 @@ def _env_names() -> set[str]:
     return set(re.findall(r"\bBW24_[A-Z0-9_]+", src))
 
 
-def test_next_chain_names_known_stages_cells_and_variables(helpers):
+@pytest.mark.parametrize("name", ["next_chain.txt", "next_chain_h100.txt"])
+def test_next_chain_names_known_stages_cells_and_variables(helpers, name):
     ids = [c.id for c in load_cells(ROOT / "benchmarks/cells.toml")]
-    text = (BENCH / "next_chain.txt").read_text()
+    text = (BENCH / name).read_text()
     assert len(_stages(text)) >= 5
     assert chain_problems(text, _labels(), ids, _env_names()) == []
     assert variant_problems(text, helpers.bench_module("table_variant").parse_change) == []
@@ -117,6 +124,10 @@ def test_variant_check_catches_a_bad_change_and_a_table_never_written(helpers):
     got = variant_problems("variant w Q4_K:4096x4096:rows=3\nab 2 x - BW24_PDL=0+BW24_TUNING_DIR=/tmp/r/tables/v\n"
                            "variant v Q4_K:4096x4096:rows=8\n", parse)
     assert len(got) == 2 and "rows=3" in got[0] and "variant v" in got[1]
+    # --bare (the built-in defaults): no change to parse; one given beside it, or no change and no --bare, is named
+    assert variant_problems("variant b --bare\nab 2 x - BW24_TUNING_DIR=/tmp/r/tables/b\n", parse) == []
+    got = variant_problems("variant b --bare Q4_K:4096x4096:rows=8\nvariant c\n", parse)
+    assert len(got) == 2 and "--bare takes no changes" in got[0] and "(none)" in got[1]
 
 
 def test_with_names_its_folder_by_a_paths_last_part(tmp_path):

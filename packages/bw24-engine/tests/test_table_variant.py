@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+H200 = "nvidia-h200-sm90"
+
 
 @pytest.fixture(scope="module")
 def tv(helpers):
@@ -31,7 +33,7 @@ def test_the_variant_is_a_table_the_engine_reads_with_only_the_named_entries_cha
     from bw24.runtime import load_tuning
     from gguf.constants import GGMLQuantizationType as Q
 
-    base = tv.committed_table(None)
+    base = tv.committed_table(H200)
     changes = [tv.parse_change(s) for s in ("Q4_K:4096x4096:rows=8", "Q4_K:6144x4096:rows=8",
                                             "Q8_0:7x9:warps=2")]
     path = tv.write_variant(tmp_path, tv.make_variant(base, changes, "a test"))
@@ -53,7 +55,7 @@ def test_the_variant_is_a_table_the_engine_reads_with_only_the_named_entries_cha
 def test_an_unknown_type_or_an_unreadable_result_is_refused(tv, tmp_path):
     from bw24.runtime.tuning import TuningTableError
 
-    base = tv.committed_table(None)
+    base = tv.committed_table(H200)
     with pytest.raises(ValueError, match="F16"):
         tv.make_variant(base, [("F16", "8x8", {"rows": 2})], "x")
     bad = tv.make_variant(base, [tv.parse_change("Q4_K:8x8:rows=2")], "x")
@@ -63,11 +65,11 @@ def test_an_unknown_type_or_an_unreadable_result_is_refused(tv, tmp_path):
 
 
 def test_the_command_writes_the_file_or_exits_2_naming_the_problem(tv, tmp_path, capsys):
-    assert tv.main([str(tmp_path / "a"), "Q4_K:4096x4096:rows=8", "--note", "one wave"]) == 0
+    assert tv.main([str(tmp_path / "a"), "Q4_K:4096x4096:rows=8", "--note", "one wave", "--key", H200]) == 0
     assert json.loads((tmp_path / "a" / "nvidia-h200-sm90.json").read_text())["provenance"]["variant"]["note"] == \
         "one wave"
     assert "rows': 4" in capsys.readouterr().out
-    assert tv.main([str(tmp_path / "b"), "Q4_K:4096x4096:rows=5"]) == 2
+    assert tv.main([str(tmp_path / "b"), "Q4_K:4096x4096:rows=5", "--key", H200]) == 2
     assert "rows=5" in capsys.readouterr().err and not (tmp_path / "b").exists()
 
 
@@ -79,4 +81,37 @@ def test_the_base_is_the_committed_table_whatever_bw24_tuning_dir_says(tv):
     import bw24.engine.ops.cuda.launch as launch
 
     assert tv.COMMITTED == Path(launch.__file__).resolve().parents[2] / "tuning"
-    assert tv.committed_table(None)["key"] == "nvidia-h200-sm90"
+    assert tv.committed_table(H200)["key"] == "nvidia-h200-sm90"
+
+
+def test_the_base_is_the_running_gpus_table_and_none_without_a_gpu_is_named(tv, monkeypatch):
+    """On the GPU host the base is the table bw24 reads there (the H100's on an H100: an H200 table written under
+    the H200's key would make `BW24_TUNING_DIR` stop the A/B there); without a GPU and without --key, an error."""
+    monkeypatch.setattr(tv, "running_key", lambda: "nvidia-h100-80gb-hbm3-sm90")
+    assert tv.committed_table(None)["device"] == "NVIDIA H100 80GB HBM3"
+    monkeypatch.setattr(tv, "running_key", lambda: "nvidia-b200-sm100")
+    with pytest.raises(ValueError, match="no committed table nvidia-b200-sm100.json .*nvidia-h200-sm90"):
+        tv.committed_table(None)
+    monkeypatch.setattr(tv, "running_key", lambda: None)
+    with pytest.raises(ValueError, match="--key"):
+        tv.committed_table(None)
+
+
+def test_bare_is_the_built_in_defaults_under_the_devices_key(tv, tmp_path, capsys):
+    """--bare: the key's table with no section, read back as bw24 reads it: every plan is default_qmv's and the
+    attention has no table entry. Canary: the committed H100 table plans another geometry for one weight."""
+    from bw24.engine.ops.cuda.launch import TUNING_DIR, QmvConfigs, default_qmv
+    from bw24.runtime import load_tuning
+    from gguf.constants import GGMLQuantizationType as Q
+
+    key = "nvidia-h100-80gb-hbm3-sm90"
+    assert tv.main([str(tmp_path), "--bare", "--key", key]) == 0
+    bare = load_tuning(tmp_path, key)
+    assert bare.config("attention", "decode") is None
+    got, ref = QmvConfigs(bare), QmvConfigs(load_tuning(TUNING_DIR, key))
+    assert got._entry("Q4_K", 4096, 4096) == default_qmv(4096, 4096)
+    assert any(got.plan(Q.Q4_K, n, k) != ref.plan(Q.Q4_K, n, k) for n, k in ((4096, 4096), (6144, 4096),
+                                                                                 (24576, 4096), (4096, 12288)))
+    assert tv.main([str(tmp_path / "x"), "--bare", "Q4_K:4096x4096:rows=8", "--key", key]) == 2
+    assert tv.main([str(tmp_path / "y"), "--key", key]) == 2
+    assert "not both" in capsys.readouterr().err

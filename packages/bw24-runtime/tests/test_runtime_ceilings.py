@@ -56,7 +56,7 @@ def test_other_device_or_cc_is_not_found():
     with pytest.raises(C.CeilingsNotFoundError, match="bw24-probe all"):
         C.load("NVIDIA H200", (8, 9))  # canary: same name, other cc must not match
     with pytest.raises(C.CeilingsNotFoundError):
-        C.load("NVIDIA H100 80GB HBM3", (9, 0))
+        C.load("NVIDIA RTX PRO 6000", (12, 0))  # a device with no record, packaged or cached
 
 
 def test_corrupt_file_gives_a_clear_error(user_dir):

@@ -30,7 +30,7 @@ def render_table(rows: list[dict], device: str | None = None) -> str:
     lines = [HEADER]
     for (dev, cell, opt), r in sorted(latest.items()):
         llama = r.get("llama") or {}
-        commit = r.get("git", "?") + ("+" if r.get("dirty") else "")
+        commit = str(r.get("git", "?"))[:7] + ("+" if r.get("dirty") else "")
         if llama.get("build_commit"):
             commit += f" / llama.cpp {llama['build_commit']}"
         lines.append(f"| {cell} | {_num(headline(r), ',.1f')} | {_num(r.get('llama_tok_s'), ',.1f')} | "

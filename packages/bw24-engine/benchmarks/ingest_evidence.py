@@ -76,57 +76,52 @@ def log_device(r: Path) -> str | None:
 def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
     """The evidence file name for a log at rel (relative to R_DIR), or None for files that stay behind; gpu is the
     device's gpu_tag."""
-    name = _name_h200(rel, sha)
-    return name if name is None or gpu == "h200" else name.replace(f"h200_{sha}", f"{gpu}_{sha}", 1)
-
-
-def _name_h200(rel: Path, sha: str) -> str | None:
     parts = rel.parts
     suffix = "".join(suffix_of(p) for p in parts[:-1] if p.startswith("BW24_"))
     name = parts[-1]
     stem, ext = name.rsplit(".", 1) if "." in name else (name, "")
     if any(not p.startswith("BW24_") for p in parts[:-1]):  # inside a stage's own folder
         if name == "spec_bench.jsonl" and parts[-2].startswith("spec_"):  # spec_pair/spec_bench.jsonl
-            return f"spec_bench_h200_{sha}_{parts[-2][5:]}{suffix}.jsonl"
+            return f"spec_bench_{gpu}_{sha}_{parts[-2][5:]}{suffix}.jsonl"
         if parts[-2] == "profile" and ext == "json":  # the per-kernel rows perf.breakdown tables
             return f"profile_{sha}{suffix}/{name}"
         if parts[-2] == "loads":  # the loads stage's per-config log and summary (its best_* files stay behind)
-            return {"qmv8_loads.log": f"qmv8_loads_h200_{sha}{suffix}.log",
-                    "summary.txt": f"qmv8_loads_summary_h200_{sha}{suffix}.txt"}.get(name)
+            return {"qmv8_loads.log": f"qmv8_loads_{gpu}_{sha}{suffix}.log",
+                    "summary.txt": f"qmv8_loads_summary_{gpu}_{sha}{suffix}.txt"}.get(name)
         if parts[-3:-1] == ("loads", "table"):
-            return f"tuning_h200_{sha}{suffix}_loads_candidate_{name}"  # the candidate table the ab stage ran
+            return f"tuning_{gpu}_{sha}{suffix}_loads_candidate_{name}"  # the candidate table the ab stage ran
         if parts[-3:-2] == ("tables",) and ext == "json":  # the variant stage's table, as the ab stage ran it
-            return f"tuning_h200_{sha}{suffix}_variant_{parts[-2]}.json"
+            return f"tuning_{gpu}_{sha}{suffix}_variant_{parts[-2]}.json"
         if parts[-2] == "stream_probe" and name == "stream_probe.json":  # the streamprobe stage's rows
-            return f"stream_probe_h200_{sha}{suffix}.json"
+            return f"stream_probe_{gpu}_{sha}{suffix}.json"
         if parts[-2] == "probe" and name == "ceilings.json":  # the probe stage's record (bw24-probe --json)
-            return f"ceilings_h200_{sha}{suffix}.json"
+            return f"ceilings_{gpu}_{sha}{suffix}.json"
         if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
-            return f"wb_{stem}_h200_{sha}{suffix}.log" if ext == "log" else \
-                f"tuning_h200_{sha}{suffix}_{name}" if ext == "json" else None
+            return f"wb_{stem}_{gpu}_{sha}{suffix}.log" if ext == "log" else \
+                f"tuning_{gpu}_{sha}{suffix}_{name}" if ext == "json" else None
         return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log", "moe_decode.log",
                 "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log", "probe.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
-            + f"_h200_{sha}{suffix}.log"
+            + f"_{gpu}_{sha}{suffix}.log"
     if name == "mvbench.json":  # the mvbench stage's pytest-benchmark JSON (each case's GB/s in its extra_info)
-        return f"mvbench_h200_{sha}{suffix}.json"
+        return f"mvbench_{gpu}_{sha}{suffix}.json"
     if name == "profile.log":
-        return f"profile_h200_{sha}{suffix}.txt"
+        return f"profile_{gpu}_{sha}{suffix}.txt"
     if stem.startswith("run_gen_"):
-        return f"{stem}_cuda_h200_{sha}{suffix}.log"
+        return f"{stem}_cuda_{gpu}_{sha}{suffix}.log"
     if stem.startswith("tables_") and ext == "log":  # the variant stage's printout (the entries before / after)
-        return f"tuning_h200_{sha}{suffix}_variant_{stem[7:]}.log"
+        return f"tuning_{gpu}_{sha}{suffix}_variant_{stem[7:]}.log"
     if name in ("perf_ab.log", "perf_ab.jsonl"):  # the ab stage: bw24 alone, its rows evidence only
-        return f"perf_ab_h200_{sha}{suffix}.{ext}"
+        return f"perf_ab_{gpu}_{sha}{suffix}.{ext}"
     if stem.startswith("perf_") and ext == "log":
-        return f"perf_h200_{sha}{suffix or ''}.log"  # several perf stages of one folder are concatenated
+        return f"perf_{gpu}_{sha}{suffix or ''}.log"  # several perf stages of one folder are concatenated
     if stem.startswith("spec_") and ext == "log":
-        return f"spec_bench_h200_{sha}_{stem[5:]}{suffix}.txt"
+        return f"spec_bench_{gpu}_{sha}_{stem[5:]}{suffix}.txt"
     if stem.startswith("ranks_") and ext in ("log", "json"):  # the ranks stage: its log and the FR-Spec ranks file
-        return f"frspec_{stem}_h200_{sha}{suffix}.{ext}"
+        return f"frspec_{stem}_{gpu}_{sha}{suffix}.{ext}"
     if stem.startswith("ncu_") and ext == "txt":  # the ncu stage's ncu_<model>_<regex>_T1.txt
-        return f"ncu_h200_{sha}{suffix}_{stem[4:]}.txt"
+        return f"ncu_{gpu}_{sha}{suffix}_{stem[4:]}.txt"
     return None
 
 
@@ -218,13 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     device = a.device or log_device(a.r)
     skipped: list[str] = []
-    files = plan(a.r, a.sha, skipped, gpu_tag(device or "h200"))
+    gpu = gpu_tag(device) if device else "h200"
+    files = plan(a.r, a.sha, skipped, gpu)
     if device is None and files:  # (perf rows and a kernel manifest name no GPU in a file name)
         print(f"ingest: no log in {a.r} names its GPU (# device: ...): pass --device", file=sys.stderr)
         return 2
     header = f"# device: {device}; git: {a.sha} (header added by ingest_evidence.py)"
     if files:
-        print(f"device: {device} (file names: {gpu_tag(device)})")
+        print(f"device: {device} (file names: {gpu})")
     for s in skipped:
         print(f"ingest: left out {s}: another commit's session (a stale /tmp/r on the host)")
     for name, paths in files.items():

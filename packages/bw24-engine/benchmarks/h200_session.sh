@@ -162,6 +162,9 @@ PY
   streamprobe)  # how fast one short kernel streams the 8B's 16 MiB attention cache in pass 1's shapes (gpu_stream_probe.py)
     (hdr; timeout 120 python3 $B/gpu_stream_probe.py $R/stream_probe; echo "stream probe rc=$?") > $R/stream_probe.log 2>&1
     tail -16 $R/stream_probe.log ;;
+  dequant)  # prefill's weight dequantization alone, plain vs staged stores (BW24_DEQ_STAGED): GB/s per chunk (gpu_dequant.py)
+    (hdr; timeout 240 python3 $B/gpu_dequant.py $R/dequant; echo "dequant rc=$?") > $R/dequant.log 2>&1
+    tail -14 $R/dequant.log ;;
   knockout)  # knockout PRESET:QUANT:DEPTH...: each model's decode step's graph without each kernel family (gpu_knockout.py)
     (hdr; for m in "$@"; do [[ $m == *:* ]] && timeout 200 python3 $B/gpu_knockout.py $R/knockout "$m"; done
      echo "knockout rc=$?") >> $R/knockout.log 2>&1

@@ -8,8 +8,8 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   line, and nothing is written.
 - logs: kernel_check.log, pytest_gpu.log, run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
   spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log,
-  mvbench.log (+ its mvbench.json), stream_probe.log (+ its stream_probe/stream_probe.json), ncu_*.txt at the top of
-  R_DIR; the same
+  mvbench.log (+ its mvbench.json), stream_probe.log (+ its stream_probe/stream_probe.json), dequant.log (+ its
+  dequant/dequant.json), ncu_*.txt at the top of R_DIR; the same
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped). h200 stands for the GPU
@@ -94,6 +94,8 @@ def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
             return f"tuning_{gpu}_{sha}{suffix}_variant_{parts[-2]}.json"
         if parts[-2] == "stream_probe" and name == "stream_probe.json":  # the streamprobe stage's rows
             return f"stream_probe_{gpu}_{sha}{suffix}.json"
+        if parts[-2] == "dequant" and name == "dequant.json":  # the dequant stage's rows
+            return f"dequant_{gpu}_{sha}{suffix}.json"
         if parts[-2] == "probe" and name == "ceilings.json":  # the probe stage's record (bw24-probe --json)
             return f"ceilings_{gpu}_{sha}{suffix}.json"
         if parts[-2] == "nb":  # a workbench notebook's log and the tuning table it wrote
@@ -101,7 +103,8 @@ def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
                 f"tuning_{gpu}_{sha}{suffix}_{name}" if ext == "json" else None
         return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log", "moe_decode.log",
-                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log", "probe.log"):
+                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log", "probe.log",
+                "dequant.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
             + f"_{gpu}_{sha}{suffix}.log"
     if name == "mvbench.json":  # the mvbench stage's pytest-benchmark JSON (each case's GB/s in its extra_info)

@@ -200,6 +200,13 @@ def test_x_to_half_regs_cases_green_and_an_unwritten_column_red():
     _green_then_red(31, "x_to_half regs", "planted_xh", "x_to_half regs == loop", 4)
 
 
+def test_dequant_staged_cases_green_and_a_misplaced_piece_red():
+    """BW24_DEQ_STAGED's cases (prefill's weight dequantization storing a warp's 2 KB through shared memory) give
+    the plain stores' words, row ranges and expert rows, with and without the lo half; a planted read that ignores
+    the stage's swizzle (a group's 16-B pieces swapped) turns all 7 red."""
+    _green_then_red(43, "dequant staged", "planted_deqst", "dequant staged == plain", 7)
+
+
 def test_attention_combine32_cases_green_and_a_dropped_split_red():
     """BW24_ATTN_COMBINE32's cases (pass 2's split loop unrolled 32) are green; a planted variant whose wider
     loop drops a tile's last split turns the five bitwise cases red (each has several live splits)."""

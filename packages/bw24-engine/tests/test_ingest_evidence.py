@@ -115,6 +115,8 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     # the streamprobe stage's log and rows; a `with` of a path (its folder named by the last part since e223fb5)
     assert mod.target_name(Path("stream_probe.log"), "abc1234") == "stream_probe_h200_abc1234.log"
     assert mod.target_name(Path("stream_probe/stream_probe.json"), "abc1234") == "stream_probe_h200_abc1234.json"
+    assert mod.target_name(Path("dequant.log"), "abc1234") == "dequant_h200_abc1234.log"  # the dequant stage
+    assert mod.target_name(Path("dequant/dequant.json"), "abc1234", "h100") == "dequant_h100_abc1234.json"
     assert mod.target_name(Path("BW24_TUNING_DIR_w32/perf_8ee999.log"), "abc1234") == \
         "perf_h200_abc1234_tuning_dir_w32.log"
 

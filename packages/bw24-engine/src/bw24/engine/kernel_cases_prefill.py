@@ -158,6 +158,38 @@ def x_to_half_case(T: int, K: int, q8: bool, norm: bool, split: bool) -> Case:
     return run
 
 
+def dequant_staged_case(qt, n: int, k: int, split: bool, experts: bool) -> Case:
+    """prefill.dequant with the stores staged through shared memory (cu.deq_staged, BW24_DEQ_STAGED) writes the
+    plain stores' words: wh (and wl, split) of rows 3 .. n - 2 of an n x k weight (k = 544 / 768: 17 / 24
+    groups a row, so warps straddle rows and the last warp is partial), or with `experts` the rows of ids
+    3, 0, 2 of a 4-expert stack. The outputs are poisoned with NaN before each run and the plain run must
+    leave none, so a piece the staged path leaves unwritten or misplaces fails (the planted_deqst canary)."""
+    def run(name, ref, cu, rng):
+        from .kernel_check import Result
+        from .ops.cuda import prefill
+
+        w = cu.load_weight(_weight(qt, n, k, rng, name))
+        ids = _dev(cu, np.array([3, 0, 2], np.int32)) if experts else None
+        rpe = n // 4 if experts else 0
+        rows = 3 * rpe if experts else n - 4
+        got = {}
+        for staged in (False, True):
+            with setting(cu, "deq_staged", staged):
+                wh = cu._buf("deq_case_wh", rows * k, np.float16)
+                wl = cu._buf("deq_case_wl", rows * k, np.float16) if split else None
+                with cu.stream:  # (the kernel's stream: the poison lands before it runs)
+                    for b in (wh, wl):
+                        if b is not None:
+                            b.fill(np.nan)
+                prefill.dequant(cu, w, wh, wl, rows, row0=0 if experts else 3, experts=ids, rpe=rpe)
+                got[staged] = np.concatenate([cu.to_host(wh).astype(np.float64),
+                                              cu.to_host(wl).astype(np.float64) if split else np.empty(0)])
+        if not np.isfinite(got[False]).all():  # the reference run itself left pieces unwritten
+            return Result(name, "exact", float("inf"), float("inf"))
+        return compare(name, "exact", got[True], got[False])
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     # the one-read conversion (K <= 4096; 5120, 8192, 12288: both take the loops) == the strided loops
     for T, K, q8, norm, split in ((40, 4096, True, True, False), (40, 4096, False, False, True),
@@ -166,6 +198,12 @@ def cases() -> Iterator[tuple[str, Case]]:
                                   (40, 12288, True, False, True)):
         yield (f"x_to_half regs == loop T={T} K={K}{' q8' if q8 else ''}{' +norm' if norm else ''}"
                f"{' split' if split else ''}"), x_to_half_case(T, K, q8, norm, split)
+    # the staged stores (BW24_DEQ_STAGED) == the plain ones, word for word
+    for qt, split, experts in ((Q.Q4_K, False, False), (Q.Q6_K, True, False), (Q.Q8_0, False, False),
+                               (Q.Q4_0, True, False), (Q.F16, False, False), (Q.Q5_K, False, True),
+                               (Q.Q8_0, True, True)):
+        yield (f"prefill dequant staged == plain {qt.name:<5} K={_k_for(qt)}{' split' if split else ''}"
+               f"{' experts' if experts else ''}"), dequant_staged_case(qt, 84, _k_for(qt), split, experts)
     for qt in SUPPORTED:
         for T, bias, res, cap in ((17, False, False, 0.0), (100, True, True, 0.0), (513, True, False, 30.0)):
             yield (f"prefill gemm {qt.name:<5} N=333 K={_k_for(qt)} T={T}{' +bias' if bias else ''}"

@@ -8,8 +8,9 @@
 //   fp32); "fp16" precision uses wh.xh only (relative rounding 2^-11 on each operand).
 // Thread-to-data mapping: x_to_half: one block per token row, a block max of |x|, then threads
 //   stride the row. dequant_rows_h: one thread per 32-column group (decode_group of quant.cuh,
-//   bit-identical to the fp32 path), 64 B of wh (+ 64 B of wl) written per thread; a row range of
-//   one weight, or the rows of a list of experts (MoE prefill). gemm_epilogue (and its _parts / _glu
+//   bit-identical to the fp32 path), 64 B of wh (+ 64 B of wl) written per thread (or, staged, a warp's
+//   2 KB through shared memory in 512-B stores); a row range of one weight, or the rows of a list of
+//   experts (MoE prefill). gemm_epilogue (and its _parts / _glu
 //   forms for stacked Q/K/V and gate/up): one thread per output, grid-stride.
 // Bytes moved: x_to_half 4TK read, 2TK (+2TK) written; dequant_rows_h the repacked rows read, 2 (+2)
 //   bytes per weight written; epilogue 4TN read (+4TN residual, +4N bias), 4TN written.
@@ -127,41 +128,84 @@ extern "C" __global__ void x_to_half(const float* __restrict__ x, int K, __half*
 
 __device__ __forceinline__ u32 half2_bits(__half2 h) { return *reinterpret_cast<const u32*>(&h); }
 
+// A warp's 32 groups through shared memory to global (BW24_DEQ_STAGED): lane l holds group i0 + l's 16 words
+// (64 B); the warp's outputs are 2 KB back to back (group i's 32 halves sit at 32 * i in wh, whatever the row
+// or expert mapping), so after the stage each store instruction writes 512 contiguous bytes where the plain
+// stores write 16 B at a 64-B stride (32 half-filled sectors an instruction). st: the warp's 32 x 4 uint4;
+// slot k of lane l is swizzled by l >> 1 so a quarter-warp's eight 16-B writes (and reads) hit 32 distinct
+// banks. left: groups from i0 to the weight's end (only those are written).
+__device__ __forceinline__ void store_staged(uint4* st, const u32 (&v)[16], int lane, bool live, __half* out,
+                                             i64 left) {
+    if (live) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            st[4 * lane + ((k + (lane >> 1)) & 3)] = make_uint4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    }
+    __syncwarp();
+    uint4* o = reinterpret_cast<uint4*>(out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int j = 32 * k + lane, src = j >> 2;  // 16-B piece j of the warp's 2 KB: group src's piece j & 3
+#ifdef BW24_PLANTED_DEQST  // kernel_check canary: the read ignores the swizzle (pieces of a group swapped)
+        if (src < left) o[j] = st[4 * src + (j & 3)];
+#else
+        if (src < left) o[j] = st[4 * src + (((j & 3) + (src >> 1)) & 3)];
+#endif
+    }
+    __syncwarp();  // the stage is read by every lane before it is written again (lo after hi)
+}
+
+#define DEQ_BLOCK 128  // dequant_rows_h's block (prefill.dequant launches it so); the stage holds 64 B a thread
+
 // Rows of a repacked weight -> wh (and wl when non-null) [rows, K] fp16. Output row r is source row
 // row0 + r, or with `experts` (MoE prefill) row experts[r / rpe] * rpe + r % rpe: the rpe rows of
-// each listed expert of a stacked [X * rpe, K] weight, back to back.
+// each listed expert of a stacked [X * rpe, K] weight, back to back. staged != 0 (uniform): the stores go
+// through shared memory (store_staged), the same words to the same places.
 template <int FMT>
 __global__ void dequant_rows_h(const void* __restrict__ pa, const void* __restrict__ pb,
                                const void* __restrict__ pc, const void* __restrict__ pd,
                                i64 row0, const int* __restrict__ experts, int rpe, int rows, int K,
-                               __half* __restrict__ wh, __half* __restrict__ wl) {
+                               __half* __restrict__ wh, __half* __restrict__ wl, int staged) {
     PDL_OPEN();
+    __shared__ uint4 stage[DEQ_BLOCK * 4];
     const Planes p{pa, pb, pc, pd};
     const int G = K >> 5;
+    const i64 n = (i64)rows * G;
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (i64)rows * G) return;
-    const int r = (int)(i / G), g = (int)(i % G);
-    const i64 src = experts ? (i64)experts[r / rpe] * rpe + r % rpe : row0 + r;
-    float w[32];
-    decode_group<FMT>(p, src, g, K, w);
-#ifdef BW24_PLANTED_BUG
-    if (g == G - 1) {
-        for (int k = 0; k < 32; ++k) w[k] = 0.f;  // kernel_check canary: the last group of a row dropped
-    }
-#endif
+    const bool live = i < n;
+    if (!live && !staged) return;  // staged: every lane of a warp takes part in its stores
     u32 hi[16], lo[16];  // packed half2 words (16-byte stores below need no aligned local array)
+    if (live) {
+        const int r = (int)(i / G), g = (int)(i % G);
+        const i64 src = experts ? (i64)experts[r / rpe] * rpe + r % rpe : row0 + r;
+        float w[32];
+        decode_group<FMT>(p, src, g, K, w);
+#ifdef BW24_PLANTED_BUG
+        if (g == G - 1) {
+            for (int k = 0; k < 32; ++k) w[k] = 0.f;  // kernel_check canary: the last group of a row dropped
+        }
+#endif
 #pragma unroll
-    for (int k = 0; k < 16; ++k) {
-        const __half2 h = __floats2half2_rn(w[2 * k], w[2 * k + 1]);
-        const float2 back = __half22float2(h);
-        hi[k] = half2_bits(h);
-        lo[k] = half2_bits(__floats2half2_rn(2048.f * (w[2 * k] - back.x), 2048.f * (w[2 * k + 1] - back.y)));
+        for (int k = 0; k < 16; ++k) {
+            const __half2 h = __floats2half2_rn(w[2 * k], w[2 * k + 1]);
+            const float2 back = __half22float2(h);
+            hi[k] = half2_bits(h);
+            lo[k] = half2_bits(__floats2half2_rn(2048.f * (w[2 * k] - back.x), 2048.f * (w[2 * k + 1] - back.y)));
+        }
     }
-    uint4* oh = reinterpret_cast<uint4*>(wh + (i64)r * K + 32 * g);
+    if (staged) {
+        const int lane = threadIdx.x & 31;
+        const i64 i0 = i - lane;
+        uint4* st = stage + 4 * (threadIdx.x & ~31);
+        store_staged(st, hi, lane, live, wh + 32 * i0, n - i0);
+        if (wl) store_staged(st, lo, lane, live, wl + 32 * i0, n - i0);
+        return;
+    }
+    uint4* oh = reinterpret_cast<uint4*>(wh + 32 * i);  // = row r, column 32 g of [rows, K]
 #pragma unroll
     for (int k = 0; k < 4; ++k) oh[k] = make_uint4(hi[4 * k], hi[4 * k + 1], hi[4 * k + 2], hi[4 * k + 3]);
     if (wl) {
-        uint4* ol = reinterpret_cast<uint4*>(wl + (i64)r * K + 32 * g);
+        uint4* ol = reinterpret_cast<uint4*>(wl + 32 * i);
 #pragma unroll
         for (int k = 0; k < 4; ++k) ol[k] = make_uint4(lo[4 * k], lo[4 * k + 1], lo[4 * k + 2], lo[4 * k + 3]);
     }

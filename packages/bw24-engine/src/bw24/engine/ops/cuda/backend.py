@@ -458,6 +458,12 @@ class CudaOps(Ops):
     # the 8B's pp512 17,755 vs 17,359 tok/s, pp4096 14,942 vs 14,690; the 0.6B's 96,660 vs 94,344 and
     # 67,300 vs 65,840 (+1.7-2.5% on every cell). BW24_XH_REGS=0 turns it off (perf rows: "no_xh_regs").
     xh_regs = os.environ.get("BW24_XH_REGS", "1") != "0"
+    # Prefill's weight dequantization (prefill_gemm.cu dequant_rows_h) storing a warp's 2 KB of fp16 through
+    # shared memory in 512-B stores, where the plain stores write 16 B at a 64-B stride; the same words to the
+    # same places (kernel-check's "dequant staged == plain" cases). Opt-in (BW24_DEQ_STAGED=1, perf rows
+    # "deq_staged") until timed: at 1653f1f the 8B's pp512 spent 10.6 of its 29.7 ms of kernels in it, ~18 GB
+    # moved at ~1.7 TB/s, 40% of the H200's HBM read rate.
+    deq_staged = os.environ.get("BW24_DEQ_STAGED", "0") == "1"
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
@@ -555,7 +561,7 @@ class CudaOps(Ops):
                                       ("no_moe_q8", not self.moe_q8), ("no_moe_router", not self.moe_router_fuse),
                                       ("no_moe_grouped", not self.moe_grouped),
                                       (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "4"),
-                                      ("no_xh_regs", not self.xh_regs),
+                                      ("no_xh_regs", not self.xh_regs), ("deq_staged", self.deq_staged),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
@@ -703,6 +709,7 @@ class CudaOps(Ops):
                    "planted_fill": (("BW24_PLANTED_FILL", 1),),
                    "planted_minblocks": (("BW24_PLANTED_MINBLOCKS", 1),),
                    "planted_xh": (("BW24_PLANTED_XH", 1),),
+                   "planted_deqst": (("BW24_PLANTED_DEQST", 1),),
                    "planted_decmma": (("BW24_PLANTED_DECMMA", 1),),
                    "planted_decpipe": (("BW24_PLANTED_DECPIPE", 1),),
                    "planted_decearly": (("BW24_PLANTED_DECEARLY", 1),),

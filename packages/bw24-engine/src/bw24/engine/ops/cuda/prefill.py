@@ -42,6 +42,7 @@ PRECISIONS = ("auto", "split", "fp16")
 ROW_ALIGN = 128  # weight rows per chunk in multiples of this: a chunk's output columns (y + 4*r0, ldc)
 # stay 16-byte aligned with whole-tile widths; a 1365-row chunk of a K=12288 down projection made
 # cuBLAS fall back to an sm75 align1 kernel (60 of the 8B's 133 ms pp512 kernel time, H200 profile).
+DEQ_BLOCK = 128  # dequant_rows_h's block: prefill_gemm.cu's DEQ_BLOCK, the threads its shared stage holds
 ATTN_RW = 8  # query rows per warp of attn_prefill (block = 4 warps = 32 rows)
 _ONE, _ZERO, _LO = (np.array([v], np.float32) for v in (1.0, 0.0, 2.0**-11))  # host alpha/beta (kept alive)
 
@@ -156,10 +157,13 @@ def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=
 
 
 def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int = 0) -> None:
-    """rows rows of w (from row0, or the rpe rows of each id in `experts`) -> fp16 wh (+ wl)."""
-    ops._launch(ops._k("prefill_gemm.cu", f"dequant_rows_h<{w.fmt}>"), (math.ceil(rows * (w.k // 32) / 128),), 128,
-                (*w.args(), np.int64(row0), NULL if experts is None else experts, np.int32(rpe), np.int32(rows),
-                 np.int32(w.k), wh, NULL if wl is None else wl))
+    """rows rows of w (from row0, or the rpe rows of each id in `experts`) -> fp16 wh (+ wl); a thread a
+    32-column group in blocks of DEQ_BLOCK (the kernel's stage is sized for it), the stores staged through
+    shared memory with ops.deq_staged (BW24_DEQ_STAGED)."""
+    ops._launch(ops._k("prefill_gemm.cu", f"dequant_rows_h<{w.fmt}>"), (math.ceil(rows * (w.k // 32) / DEQ_BLOCK),),
+                DEQ_BLOCK, (*w.args(), np.int64(row0), NULL if experts is None else experts, np.int32(rpe),
+                            np.int32(rows), np.int32(w.k), wh, NULL if wl is None else wl,
+                            np.int32(getattr(ops, "deq_staged", False))))
 
 
 def x_class(ops, w, n: int | None = None) -> tuple[bool, bool]:

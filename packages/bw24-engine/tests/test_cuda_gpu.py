@@ -207,6 +207,13 @@ def test_dequant_staged_cases_green_and_a_misplaced_piece_red():
     _green_then_red(43, "dequant staged", "planted_deqst", "dequant staged == plain", 7)
 
 
+def test_prefill_overlap_cases_green_and_a_wrong_slot_red():
+    """BW24_PREFILL_OVERLAP's cases (prefill's dequantization a chunk ahead on a side stream, two scratch slots) give
+    the in-line bits, GEMMs and gate/up pairs in both precisions; the planted variant that dequantizes each chunk
+    into the slot its GEMM does not read turns all 5 red."""
+    _green_then_red(47, "prefill gemm overlap", "planted_overlap", "prefill gemm overlap == serial", 5)
+
+
 def test_attention_combine32_cases_green_and_a_dropped_split_red():
     """BW24_ATTN_COMBINE32's cases (pass 2's split loop unrolled 32) are green; a planted variant whose wider
     loop drops a tile's last split turns the five bitwise cases red (each has several live splits)."""
@@ -475,6 +482,28 @@ def test_prefill_graph_replays_equal_eager_and_a_replay_without_the_position_is_
     eager, graph = _prefill_runs(moe, prompts, graphs=False), _prefill_runs(moe, prompts, graphs=True)
     assert moe.model.prefill_capturable and moe.model._prefill_graphs[32].run.graph_state["g"] is not None
     assert all(np.array_equal(a, b) for a, b in zip(eager, graph, strict=True))
+
+
+def test_prefill_overlap_in_captured_graphs_gives_the_in_line_bits(tmp_path_factory, monkeypatch):
+    """BW24_PREFILL_OVERLAP (prefill's dequantization a chunk ahead on a side stream) run eagerly and inside captured
+    prefill graphs (the side stream forked into the capture, ops/cuda/overlap.py) gives the in-line eager chunks'
+    last-token logits bit for bit; a 16 KiB scratch walks every weight in several chunks."""
+    from bw24.engine import Engine
+    from bw24.engine.ops.cuda import prefill
+
+    eng = Engine.load(str(_synth(tmp_path_factory, "qwen3-tiny")), backend="cuda", n_ctx=320, max_batch=32,
+                      progress=False)
+    monkeypatch.setattr(prefill, "PREFILL_SCRATCH", 16 << 10)
+    rng = np.random.default_rng(9)
+    prompts = [[int(i) for i in rng.integers(10, 500, n)] for n in (100, 70)]
+    in_line = _prefill_runs(eng, prompts, graphs=False)
+    eng.ops.prefill_overlap = True
+    eager = _prefill_runs(eng, prompts, graphs=False)
+    graph = _prefill_runs(eng, prompts, graphs=True)
+    assert eng.model._prefill_graphs[32].run.graph_state["g"] is not None  # really captured
+    assert eng.ops._overlap is not None and "prefill_overlap" in eng.ops.opt_in()
+    assert all(np.array_equal(a, b) for a, b in zip(in_line, eager, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(in_line, graph, strict=True))
 
 
 def test_seeded_sampling_on_gpu_reproduces_cpu_and_is_captured(tiny_model):

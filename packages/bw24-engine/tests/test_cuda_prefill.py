@@ -441,21 +441,67 @@ def _at(ptr, dtype, n: int):
     return np.ctypeslib.as_array((ctypes.c_uint8 * (n * it)).from_address(int(ptr))).view(dtype)
 
 
-@pytest.mark.parametrize("scratch_rows,split", [(10_000, True), (48, True), (40, False), (7, False)])
-def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, split):
+class _HostOverlap:
+    """overlap.Overlap's protocol on the host: the slots in turn, every call logged (the streams are the log)."""
+
+    def __init__(self, log, side):
+        self.log, self.free, self.turn, self.side = log, [None, None], 0, side
+
+    def take(self, ops):
+        s, self.turn = self.turn, (self.turn + 1) % 2
+        self.log.append(f"take {s}")
+        return s
+
+    def hand_over(self, ops):
+        self.log.append("hand over")
+
+    def release(self, ops, s):
+        self.log.append(f"release {s}")
+
+
+def _chunk_protocol(log: list[str], overlap: bool) -> int:
+    """The chunks in a stacked GEMM's log: each one or more dequantizations then its GEMM; with the overlap each
+    inside `take s` .. `hand over`, its GEMM then `release s`, s = 0, 1, 0, ... (drains of the side stream before
+    a slot grows aside). Returns the count."""
+    ev, i, n = [e for e in log if e != "drain"], 0, 0
+    while i < len(ev):
+        if overlap:
+            assert ev[i] == f"take {n % 2}", ev
+            i += 1
+        j = i
+        while j < len(ev) and ev[j] == "dequant":
+            j += 1
+        assert j > i, ev
+        i = j
+        want = ["hand over", "gemm", f"release {n % 2}"] if overlap else ["gemm"]
+        assert ev[i:i + len(want)] == want, ev
+        i, n = i + len(want), n + 1
+    return n
+
+
+@pytest.mark.parametrize("scratch_rows,split,overlap", [(10_000, True, False), (48, True, False), (40, False, False),
+                                                        (7, False, False), (48, True, True), (7, False, True)])
+def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, split, overlap):
     """prefill.stacked_gemm with NumPy stand-ins of dequant / products / epilogue on host memory: row chunks
     straddling weights (scratch for `scratch_rows` rows) must put every weight's rows in the chunk buffer at
-    the right offset and every output's columns at the right place of y [T, sum N] (ldy)."""
+    the right offset and every output's columns at the right place of y [T, sum N] (ldy). With the overlap
+    (BW24_PREFILL_OVERLAP) the chunks take the two slots in turn, each chunk's dequantization on the side stream
+    between its slot's take and the hand-over, its GEMM after it and the slot's release after that."""
     rng = np.random.default_rng(5)
     T, K = 19, 64
     Ns = (40, 24, 24)  # the third weight contributes rows 4..23 (20 rows)
     ws = [SimpleNamespace(n=n, k=K, fmt=7, data=rng.standard_normal((n, K)).astype(np.float32)) for n in Ns]
+    log: list[str] = []
+    side = SimpleNamespace(synchronize=lambda: log.append("drain"))  # the side stream: drained before a slot grows
 
-    def dequant(ops, w, wh, wl, rows, *, row0=0, experts=None, rpe=0):
+    def dequant(ops, w, wh, wl, rows, *, row0=0, experts=None, rpe=0, stream=None):
+        assert stream is (side if overlap else None)
+        log.append("dequant")
         ptr = wh if isinstance(wh, np.integer) else wh.data.ptr
         _at(ptr, np.float16, rows * K)[:] = w.data[row0:row0 + rows].astype(np.float16).ravel()
 
     def products(ops, wh, wl, xh, xl, yp, r, T_, K_, ldc):
+        log.append("gemm")
         wchunk = np.asarray(wh[: r * K]).reshape(r, K).astype(np.float32)
         y = _at(yp, np.float32, (T_ - 1) * ldc + r)
         for t in range(T_):
@@ -479,6 +525,9 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
         return scratch[key][:n]
 
     ops = _EpilogueOps(buf, helpers)
+    ov = _HostOverlap(log, side)
+    ops.prefill_overlap, ops._capturing, ops._scratch, ops.variant = overlap, False, scratch, ""
+    ops.overlap = lambda: ov
     x = rng.standard_normal((T, K)).astype(np.float16)
     outs = [np.full((T, n), np.nan, np.float32) for n in Ns]
     biases = [None, rng.standard_normal(24).astype(np.float32), None]
@@ -487,10 +536,21 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
     sx = np.full(T, 0.5, np.float32)
     prefill.stacked_gemm(ops, parts, T, (x.ravel(), None, sx), split)
     assert ops.launched == ["gemm_epilogue_parts"]  # three parts with at most a bias: one epilogue launch
+    assert _chunk_protocol(log, overlap) == -(-84 // min(84, prefill.gemm_rows(K, split)))  # 40 + 24 + 20 rows
+    wants = []
     for (w, r0, n, o, b, _, _) in parts:
         dense = w.data[r0:r0 + n].astype(np.float16).astype(np.float32)
-        want = 0.5 * (x.astype(np.float32) @ dense.T) + (0 if b is None else b)
-        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-4)
+        wants.append(0.5 * (x.astype(np.float32) @ dense.T) + (0 if b is None else b))
+        np.testing.assert_allclose(o, wants[-1], rtol=1e-5, atol=1e-4)
+    if overlap:  # the canary: planted_overlap dequantizes into the slot the GEMM does not read
+        ops.variant, ops.launched = "planted_overlap", []
+        for _, _, _, o, *_ in parts:
+            o[...] = np.nan
+        prefill.stacked_gemm(ops, parts, T, (x.ravel(), None, sx), split)
+        assert not all(np.allclose(o, w_, rtol=1e-5, atol=1e-4) for (_, _, _, o, *_), w_ in zip(parts, wants,
+                                                                                               strict=True))
+        ops.variant = ""
+    log.clear()
     # gate / up of one shape with the GLU in the epilogue: out = silu(gate) * up, up's out left unwritten
     ops.launched.clear()
     scratch.clear()  # the y this call asks for, alone
@@ -501,6 +561,7 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
     # is above every scratch here, so no rounding), y [T, 2h] per chunk, out's column slices rows F apart
     h = min(24, prefill.gemm_rows(K, split) // 2)
     assert ops.launched == ["gemm_epilogue_glu"] * -(-24 // h) and np.isnan(u).all()
+    assert _chunk_protocol(log, overlap) == -(-24 // h)
     assert ops.glu_chunks == [min(h, 24 - a) for a in range(0, 24, h)]
     assert scratch["gemm_y"].size == T * 2 * h  # [T, 2h], not [T, 2F]
     gw, uw = (0.5 * (x.astype(np.float32) @ w.data.astype(np.float16).astype(np.float32).T) for w in ws[1:])

@@ -190,6 +190,36 @@ def dequant_staged_case(qt, n: int, k: int, split: bool, experts: bool) -> Case:
     return run
 
 
+def overlap_case(qt, T: int, n: int, k: int, scratch: int, precision: str, glu: bool) -> Case:
+    """A prefill GEMM (cu.matmul) or a gate/up pair with the GLU (cu.ffn_glu) walked in row chunks of `scratch`
+    bytes, with the chunks' dequantization on the side stream a chunk ahead (cu.prefill_overlap,
+    BW24_PREFILL_OVERLAP) == on the backend's stream, bit for bit. The output is poisoned with NaN before each
+    run. The planted_overlap variant dequantizes a chunk into the slot its GEMM does not read (the canary)."""
+    def run(name, ref, cu, rng):
+        from .ops.cuda import prefill
+
+        x = rng.standard_normal((T, k)).astype(np.float32)
+        if glu:
+            tg, tu = _weight(qt, n, k, rng, name + ".gate"), _weight(qt, n, k, rng, name + ".up")
+            wg, wu, nw = cu.load_weight(tg), cu.load_weight(tu), _dev(cu, np.ones(k, np.float32))
+        else:
+            w = cu.load_weight(_weight(qt, n, k, rng, name))
+        got = {}
+        for ov in (False, True):
+            out = cu.zeros((T, n))
+            with cu.stream:
+                out.fill(np.nan)
+            with setting(cu, "prefill_precision", precision), setting(cu, "prefill_overlap", ov), \
+                    setting(prefill, "PREFILL_SCRATCH", scratch):
+                if glu:
+                    cu.ffn_glu(_dev(cu, x), nw, 1e-6, wg, wu, "silu", x=cu.zeros((T, k)), g=out, u=cu.zeros((T, n)))
+                else:
+                    cu.matmul(w, _dev(cu, x), out=out)
+                got[ov] = cu.to_host(out)
+        return compare(name, "exact", got[True], got[False])
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     # the one-read conversion (K <= 4096; 5120, 8192, 12288: both take the loops) == the strided loops
     for T, K, q8, norm, split in ((40, 4096, True, True, False), (40, 4096, False, False, True),
@@ -198,6 +228,14 @@ def cases() -> Iterator[tuple[str, Case]]:
                                   (40, 12288, True, False, True)):
         yield (f"x_to_half regs == loop T={T} K={K}{' q8' if q8 else ''}{' +norm' if norm else ''}"
                f"{' split' if split else ''}"), x_to_half_case(T, K, q8, norm, split)
+    # the dequantization a chunk ahead on a side stream (BW24_PREFILL_OVERLAP) == in line, bit for bit
+    for qt, T, n, k, scratch, prec, glu in ((Q.Q4_K, 40, 1001, 768, 64 << 10, "split", False),
+                                            (Q.Q8_0, 40, 1001, 544, 64 << 10, "fp16", False),
+                                            (Q.Q6_K, 100, 1001, 4096, 1 << 20, "fp16", False),
+                                            (Q.Q4_0, 33, 300, 544, 64 << 10, "fp16", True),
+                                            (Q.Q4_K, 40, 300, 768, 64 << 10, "split", True)):
+        yield (f"prefill gemm overlap == serial {qt.name:<5} N={n} K={k} T={T} {prec} "
+               f"{scratch >> 10} KiB chunks{' +glu' if glu else ''}"), overlap_case(qt, T, n, k, scratch, prec, glu)
     # the staged stores (BW24_DEQ_STAGED) == the plain ones, word for word
     for qt, split, experts in ((Q.Q4_K, False, False), (Q.Q6_K, True, False), (Q.Q8_0, False, False),
                                (Q.Q4_0, True, False), (Q.F16, False, False), (Q.Q5_K, False, True),

@@ -464,6 +464,10 @@ class CudaOps(Ops):
     # "deq_staged") until timed: at 1653f1f the 8B's pp512 spent 10.6 of its 29.7 ms of kernels in it, ~18 GB
     # moved at ~1.7 TB/s, 40% of the H200's HBM read rate.
     deq_staged = os.environ.get("BW24_DEQ_STAGED", "0") == "1"
+    # Prefill's dequantization on a side stream, a chunk ahead of the GEMMs, in two scratch slots (ops/cuda/overlap.py;
+    # the same kernels and bits: kernel-check's "prefill gemm overlap == serial" cases). Opt-in (BW24_PREFILL_OVERLAP=1,
+    # perf rows "prefill_overlap") until timed; the second slot costs PREFILL_SCRATCH more bytes (64 MiB).
+    prefill_overlap = os.environ.get("BW24_PREFILL_OVERLAP", "0") == "1"
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
@@ -562,6 +566,7 @@ class CudaOps(Ops):
                                       ("no_moe_grouped", not self.moe_grouped),
                                       (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "4"),
                                       ("no_xh_regs", not self.xh_regs), ("deq_staged", self.deq_staged),
+                                      ("prefill_overlap", self.prefill_overlap),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
@@ -689,6 +694,8 @@ class CudaOps(Ops):
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
+        self._capture_serial = 0  # bumped by each capture: which recorded events a capture may wait on (overlap.py)
+        self._overlap = None  # overlap.Overlap, made on first use
         self._rope_tabs: dict[str, int] = {}  # norm.rope_table: positions built per table
 
     # ---- launching ------------------------------------------------------------------------------
@@ -763,18 +770,28 @@ class CudaOps(Ops):
         v = self.qmv8_loads if self.qmv8_loads is not None else self.qmv_configs.loads(w.qtype, n, k)
         return (("QMV8_DECODE_LOADS", v),) if v else ()
 
-    def _launch(self, fn, grid, block, args, shared_mem: int = 0) -> None:
-        """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging)."""
+    def _launch(self, fn, grid, block, args, shared_mem: int = 0, stream=None) -> None:
+        """Every launch of the backend (shared_mem: dynamic shared memory bytes, e.g. moe.cu's staging), on the
+        backend's stream unless `stream` (the prefill overlap's side stream) is given."""
         self._q8_ready = None  # the launch may write any buffer: producers re-mark after launching
+        s = self.stream if stream is None else stream
         if shared_mem > SMEM_DEFAULT_LIMIT:  # (attention_dec_mma.cu's two stages: 69.6 KB)
             allow_dynamic_shared(fn, shared_mem)
-        if self.pdl and self._capturing:
+        if self.pdl and self._capturing and stream is None:  # (a side-stream launch follows an event: plain edges)
             from bw24.runtime.launch import launch_pdl
 
-            launch_pdl(fn, [int(g) for g in grid], int(block), args, int(shared_mem), self.stream)
+            launch_pdl(fn, [int(g) for g in grid], int(block), args, int(shared_mem), s)
             return
-        with self.stream:
+        with s:
             fn(tuple(int(g) for g in grid), (int(block),), args, shared_mem=int(shared_mem))
+
+    def overlap(self):
+        """The prefill overlap's side stream and events (ops/cuda/overlap.py), made on first use."""
+        if self._overlap is None:
+            from .overlap import Overlap
+
+            self._overlap = Overlap(self)
+        return self._overlap
 
     def _buf(self, key: str, n: int, dtype=np.float32, *, zeroed: bool = False):
         """Scratch reused across calls (grown outside capture: the first eager step sizes it). zeroed:
@@ -872,6 +889,7 @@ class CudaOps(Ops):
                 else:
                     if state["g"] is None or (depth is not None and state["gen"] != self._scratch_gen):
                         self._capturing = True
+                        self._capture_serial += 1
                         try:
                             state["g"] = CapturedGraph(self.stream).capture(step)
                         finally:

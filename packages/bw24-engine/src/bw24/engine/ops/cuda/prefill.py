@@ -156,14 +156,47 @@ def epilogue(ops, y, sx, out, N: int, n: int, bias=None, residual=None, softcap=
                  np.int32(N), np.int32(ldy or N), np.int64(n), np.float32(softcap or 0.0)))
 
 
-def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int = 0) -> None:
+def dequant(ops, w, wh, wl, rows: int, *, row0: int = 0, experts=None, rpe: int = 0, stream=None) -> None:
     """rows rows of w (from row0, or the rpe rows of each id in `experts`) -> fp16 wh (+ wl); a thread a
     32-column group in blocks of DEQ_BLOCK (the kernel's stage is sized for it), the stores staged through
-    shared memory with ops.deq_staged (BW24_DEQ_STAGED)."""
+    shared memory with ops.deq_staged (BW24_DEQ_STAGED); on `stream` (the overlap's side stream) if given."""
     ops._launch(ops._k("prefill_gemm.cu", f"dequant_rows_h<{w.fmt}>"), (math.ceil(rows * (w.k // 32) / DEQ_BLOCK),),
                 DEQ_BLOCK, (*w.args(), np.int64(row0), NULL if experts is None else experts, np.int32(rpe),
                             np.int32(rows), np.int32(w.k), wh, NULL if wl is None else wl,
-                            np.int32(getattr(ops, "deq_staged", False))))
+                            np.int32(getattr(ops, "deq_staged", False))), **({} if stream is None else {"stream": stream}))
+
+
+def chunk_slots(ops, halves: int, split: bool):
+    """Where a GEMM call's row chunks are dequantized: [(wh, wl)] (one scratch, on the backend's stream) and no
+    overlap; or with ops.prefill_overlap (BW24_PREFILL_OVERLAP) the overlap.SLOTS slots of its own scratch (never
+    shared with the MoE prefill's) and the Overlap that hands them out. A slot is sized at PREFILL_SCRATCH (or the
+    chunk) so it seldom grows; before one grows outside a capture the side stream is drained (the old buffer goes
+    back to the pool)."""
+    f16 = np.float16
+    if not getattr(ops, "prefill_overlap", False):
+        return [(ops._buf("gemm_wh", halves, f16), ops._buf("gemm_wl", halves, f16) if split else None)], None
+    ov = ops.overlap()
+    n = max(halves, PREFILL_SCRATCH // 2)
+    if not ops._capturing and any(ops._scratch.get(f"gemm_wh_o{i}") is None or ops._scratch[f"gemm_wh_o{i}"].size < n
+                                  for i in range(len(ov.free))):
+        ov.side.synchronize()
+    return [(ops._buf(f"gemm_wh_o{i}", n, f16), ops._buf(f"gemm_wl_o{i}", n, f16) if split else None)
+            for i in range(len(ov.free))], ov
+
+
+def chunk(ops, slots, ov, dequants, gemm) -> None:
+    """One row chunk: dequants(wh, wl, stream) fills a slot, gemm(wh, wl) multiplies it; with the overlap the first
+    on the side stream once the slot is free, the second after it on the backend's stream (overlap.py). The
+    planted_overlap variant (kernel-check's canary) dequantizes into the other slot than the GEMM reads."""
+    if ov is None:
+        dequants(*slots[0], None)
+        gemm(*slots[0])
+        return
+    s = ov.take(ops)
+    dequants(*slots[(s + 1) % len(slots) if ops.variant == "planted_overlap" else s], ov.side)
+    ov.hand_over(ops)
+    gemm(*slots[s])
+    ov.release(ops, s)
 
 
 def x_class(ops, w, n: int | None = None) -> tuple[bool, bool]:
@@ -217,19 +250,23 @@ def stacked_gemm(ops, parts, T: int, xs, split: bool, glu: str | None = None) ->
     starts = list(itertools.accumulate((p[2] for p in parts), initial=0))  # (host-bound: no numpy for 3 ints)
     Ns = starts[-1]
     rows = min(Ns, gemm_rows(K, split))
-    wh = ops._buf("gemm_wh", rows * K, np.float16)
-    wl = ops._buf("gemm_wl", rows * K, np.float16) if split else None
+    slots, ov = chunk_slots(ops, rows * K, split)
     y = ops._buf("gemm_y", T * Ns)
     with ops.stream:
         for r0 in range(0, Ns, rows):
             r = min(rows, Ns - r0)
-            for (w, row0, n, *_), n0 in zip(parts, starts, strict=False):
-                a, b = max(r0, n0), min(r0 + r, n0 + n)  # this part's rows inside the chunk
-                if a < b:
-                    off = 2 * (a - r0) * K  # bytes into the chunk buffers
-                    dequant(ops, w, np.uintp(wh.data.ptr + off), None if wl is None else np.uintp(wl.data.ptr + off),
-                            b - a, row0=row0 + a - n0)
-            products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, Ns)  # columns r0.. of [T, Ns]
+
+            def dequants(wh, wl, stream, r0=r0, r=r):
+                for (w, row0, n, *_), n0 in zip(parts, starts, strict=False):
+                    a, b = max(r0, n0), min(r0 + r, n0 + n)  # this part's rows inside the chunk
+                    if a < b:
+                        off = 2 * (a - r0) * K  # bytes into the chunk buffers
+                        dequant(ops, w, np.uintp(wh.data.ptr + off),
+                                None if wl is None else np.uintp(wl.data.ptr + off), b - a, row0=row0 + a - n0,
+                                stream=stream)
+
+            chunk(ops, slots, ov, dequants,  # columns r0.. of [T, Ns]
+                  lambda wh, wl, r0=r0, r=r: products(ops, wh, wl, xh, xl, y.data.ptr + 4 * r0, r, T, K, Ns))
     if 1 < len(parts) <= 3 and all(res is None and not sc for *_, res, sc in parts):
         args = []
         for _, _, n, out, bias, *_ in parts + [(None, 0, 0, NULL, None, None, 0.0)] * (3 - len(parts)):
@@ -255,17 +292,22 @@ def glu_gemm(ops, parts, T: int, xs, split: bool, act: str) -> None:
     K = wg.k
     half = gemm_rows(K, split) // 2  # rows of each a chunk, as gemm_rows a multiple of ROW_ALIGN where it can be
     h = max(1, min(F, half // ROW_ALIGN * ROW_ALIGN if half >= ROW_ALIGN else half))
-    wh = ops._buf("gemm_wh", 2 * h * K, np.float16)
-    wl = ops._buf("gemm_wl", 2 * h * K, np.float16) if split else None
+    slots, ov = chunk_slots(ops, 2 * h * K, split)
     y = ops._buf("gemm_y", T * 2 * h)
     with ops.stream:
         for a in range(0, F, h):
             n = min(h, F - a)
-            for w, r0, off in ((wg, g0, 0), (wu, u0, 2 * n * K)):  # gate rows, then up's, side by side
-                dequant(ops, w, np.uintp(wh.data.ptr + off), None if wl is None else np.uintp(wl.data.ptr + off),
-                        n, row0=r0 + a)
-            products(ops, wh, wl, xh, xl, y.data.ptr, 2 * n, T, K, 2 * n)  # y [T, 2n]: gate | up
-            glu_epilogue(ops, y, sx, out[:, a:a + n], n, T, act, ldo=F)
+
+            def dequants(wh, wl, stream, a=a, n=n):
+                for w, r0, off in ((wg, g0, 0), (wu, u0, 2 * n * K)):  # gate rows, then up's, side by side
+                    dequant(ops, w, np.uintp(wh.data.ptr + off), None if wl is None else np.uintp(wl.data.ptr + off),
+                            n, row0=r0 + a, stream=stream)
+
+            def gemm(wh, wl, a=a, n=n):
+                products(ops, wh, wl, xh, xl, y.data.ptr, 2 * n, T, K, 2 * n)  # y [T, 2n]: gate | up
+                glu_epilogue(ops, y, sx, out[:, a:a + n], n, T, act, ldo=F)
+
+            chunk(ops, slots, ov, dequants, gemm)
 
 
 def attention(ops, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:

@@ -785,3 +785,56 @@ def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch, helpers):
     helpers.env_refused_or_recorded(monkeypatch, "moe_mm_kg_env", "BW24_MOE_MM_KG", ("0", "3", "8", "two"), "1", "4", "moe_mm_kg")
 
 
+
+
+def test_overlap_waits_on_a_slot_free_event_only_from_the_same_capture(monkeypatch):
+    """overlap.Overlap: the side stream waits on a slot's `free` event only where that event was recorded in the same
+    epoch (eagerly, or in the capture under way); otherwise on a fresh fork from the backend's stream (a stream may
+    wait only on events of its own capture). The slots go in turn, and each GEMM's release re-records its slot's
+    event on the backend's stream."""
+    import itertools
+
+    import bw24.runtime
+    from bw24.engine.ops.cuda import overlap
+
+    log: list[tuple] = []
+    made = itertools.count()
+
+    class Ev:
+        def __init__(self, **kw):
+            self.name = f"ev{next(made)}"
+
+        def record(self, stream):
+            log.append(("record", self.name, stream.name))
+
+    def stream(name):
+        return SimpleNamespace(name=name, wait_event=lambda e: log.append(("wait", name, e.name)))
+
+    monkeypatch.setattr(bw24.runtime, "new_stream", lambda: stream("side"))
+    ops = SimpleNamespace(cp=SimpleNamespace(cuda=SimpleNamespace(Event=Ev)), stream=stream("main"),
+                          _capturing=False, _capture_serial=0)
+    ov = overlap.Overlap(ops)
+    fork = ov.fork.name
+    assert fork != ov.ready.name
+
+    def chunk():
+        log.clear()
+        s = ov.take(ops)
+        ov.hand_over(ops)
+        ov.release(ops, s)
+        return s, [e for e in log if e[0] == "wait" and e[1] == "side"][0][2]
+
+    s0, w0 = chunk()  # eager, slot 0 never used: fork
+    s1, w1 = chunk()  # eager, slot 1 never used: fork
+    s2, w2 = chunk()  # eager, slot 0 freed eagerly: its free event
+    assert (s0, s1, s2) == (0, 1, 0) and w0 == w1 == fork and w2 == ov.free[0][0].name != fork
+    ops._capturing, ops._capture_serial = True, 1
+    s3, w3 = chunk()  # capture 1, slot 1's free event recorded eagerly: fork
+    s4, w4 = chunk()  # capture 1, slot 0's free event recorded eagerly: fork
+    s5, w5 = chunk()  # capture 1, slot 1 freed in this capture: its free event
+    assert (s3, s4, s5) == (1, 0, 1) and w3 == w4 == fork and w5 == ov.free[1][0].name
+    ops._capture_serial = 2
+    assert chunk()[1] == fork  # capture 2: slot 0's free event is capture 1's
+    ops._capturing = False
+    assert chunk()[1] == fork  # eager again: slot 1's free event is capture 1's
+    assert ("record", ov.ready.name, "side") in log and ("wait", "main", ov.ready.name) in log  # the hand-over

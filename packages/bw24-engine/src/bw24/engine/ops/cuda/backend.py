@@ -468,6 +468,8 @@ class CudaOps(Ops):
     # the same kernels and bits: kernel-check's "prefill gemm overlap == serial" cases). Opt-in (BW24_PREFILL_OVERLAP=1,
     # perf rows "prefill_overlap") until timed; the second slot costs PREFILL_SCRATCH more bytes (64 MiB).
     prefill_overlap = os.environ.get("BW24_PREFILL_OVERLAP", "0") == "1"
+    _overlap = None  # overlap.Overlap, made on first use
+    _capture_serial = 0  # bumped by each capture: which recorded events a capture may wait on (overlap.py)
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
     # llama.cpp's prefill does; the gate holds the prefill to its rounded half (engine.Drift). "auto" runs
     # split (fp32-like) products, three fp16 GEMMs a product, for the weights whose decode keeps fp32
@@ -694,8 +696,6 @@ class CudaOps(Ops):
         self.verify_rows: int | None = None  # rows per block of a T > 1 q8 matvec: q8.verify_rows unless set (sweeps)
         self.pdl = self.pdl_env and device_info().cc >= (9, 0)  # griddepcontrol: sm_90+
         self._capturing = False  # inside CapturedGraph.capture: launches may take PDL
-        self._capture_serial = 0  # bumped by each capture: which recorded events a capture may wait on (overlap.py)
-        self._overlap = None  # overlap.Overlap, made on first use
         self._rope_tabs: dict[str, int] = {}  # norm.rope_table: positions built per table
 
     # ---- launching ------------------------------------------------------------------------------

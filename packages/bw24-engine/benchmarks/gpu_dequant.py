@@ -58,6 +58,7 @@ def main(out: Path) -> int:
                 with ops.stream:
                     wh.fill(np.nan)
                 prefill.dequant(ops, w0, wh, None, n)
+                ops.synchronize()  # (the backend's stream does not block the null stream asnumpy copies on)
                 got[staged] = cp.asnumpy(wh.view(np.uint16))
             same = bool(np.array_equal(got[False], got[True]))
             res = {"qtype": qn, "chunk": label, "rows": n, "k": k, "read_bytes": nbytes, "write_bytes": 2 * n * k,

@@ -750,7 +750,7 @@ def test_x_to_half_planted_variant_compiles_and_regs_reach_the_kernel(tmp_path, 
 def test_dequant_staged_planted_variant_compiles_and_the_switch_reaches_the_kernel(tmp_path, monkeypatch):
     """kernel_check --variant planted_deqst compiles prefill_gemm.cu with BW24_PLANTED_DEQST (the staged stores'
     canary); prefill.dequant launches blocks of DEQ_BLOCK threads and hands the kernel BW24_DEQ_STAGED's choice
-    (its last argument), off by default, and perf rows name it when on."""
+    (its last argument), on by default since the H200 run at 29169ce, and perf rows name it when turned off."""
     from bw24.engine.ops.cuda import prefill
     from bw24.engine.ops.cuda.backend import CudaOps
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
@@ -766,14 +766,15 @@ def test_dequant_staged_planted_variant_compiles_and_the_switch_reaches_the_kern
     ops = CudaOps.__new__(CudaOps)
     ops._k = lambda f, n: (f, n)
     ops._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn, grid, block, args))
-    assert not ops.deq_staged and "deq_staged" not in ops.opt_in()  # the default
+    assert ops.deq_staged and "no_deq_staged" not in ops.opt_in()  # the default
     w = SimpleNamespace(fmt=7, k=768, args=lambda: (0, 0, 0, 0))
     for staged in (False, True):
         ops.deq_staged = staged
         prefill.dequant(ops, w, 1 << 20, None, 100)
     assert [(fn[1], grid, block, int(args[-1])) for fn, grid, block, args in launches] == \
         [("dequant_rows_h<7>", (19,), 128, 0), ("dequant_rows_h<7>", (19,), 128, 1)]  # 100 rows x 24 groups
-    assert "deq_staged" in ops.opt_in()
+    ops.deq_staged = False
+    assert "no_deq_staged" in ops.opt_in()
 
 
 def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch, helpers):

@@ -460,13 +460,18 @@ class CudaOps(Ops):
     xh_regs = os.environ.get("BW24_XH_REGS", "1") != "0"
     # Prefill's weight dequantization (prefill_gemm.cu dequant_rows_h) storing a warp's 2 KB of fp16 through
     # shared memory in 512-B stores, where the plain stores write 16 B at a 64-B stride; the same words to the
-    # same places (kernel-check's "dequant staged == plain" cases). Opt-in (BW24_DEQ_STAGED=1, perf rows
-    # "deq_staged") until timed: at 1653f1f the 8B's pp512 spent 10.6 of its 29.7 ms of kernels in it, ~18 GB
-    # moved at ~1.7 TB/s, 40% of the H200's HBM read rate.
-    deq_staged = os.environ.get("BW24_DEQ_STAGED", "0") == "1"
+    # same places (kernel-check's "prefill dequant staged == plain" cases, green on the H200 at 29169ce). At
+    # 1653f1f the 8B's pp512 spent 10.6 of its 29.7 ms of kernels in the plain kernel. H200, 29169ce
+    # (evidence/dequant_h200_29169ce.log, perf_ab_h200_29169ce.log): the kernel alone 1.9-2.4 -> 3.2-3.8 TB/s
+    # (42-53% -> 71-84% of HBM read) on the 8B's chunks of Q4_K, Q6_K, Q8_0 and Q4_0; the 8B's pp512 +13.3% (Q8_0,
+    # 18,273 -> 20,697 tok/s) and +14.6% (Q4_K_M, 18,324 -> 20,999). The default since; BW24_DEQ_STAGED=0 turns it
+    # off (perf rows "no_deq_staged").
+    deq_staged = os.environ.get("BW24_DEQ_STAGED", "1") != "0"
     # Prefill's dequantization on a side stream, a chunk ahead of the GEMMs, in two scratch slots (ops/cuda/overlap.py;
-    # the same kernels and bits: kernel-check's "prefill gemm overlap == serial" cases). Opt-in (BW24_PREFILL_OVERLAP=1,
-    # perf rows "prefill_overlap") until timed; the second slot costs PREFILL_SCRATCH more bytes (64 MiB).
+    # the same kernels and bits: kernel-check's "prefill gemm overlap == serial" cases, green on the H200 at 29169ce).
+    # H200, 29169ce (perf_ab_h200_29169ce.log): the 8B's pp512 +2.7% (Q8_0) / +4.2% (Q4_K_M) alone, +3.1% / +1.7% on
+    # top of the staged stores. Opt-in (BW24_PREFILL_OVERLAP=1, perf rows "prefill_overlap") until its GPU test inside
+    # captured prefill graphs has run and its VRAM is measured: the second slot costs PREFILL_SCRATCH (64 MiB) more.
     prefill_overlap = os.environ.get("BW24_PREFILL_OVERLAP", "0") == "1"
     _overlap = None  # overlap.Overlap, made on first use
     _capture_serial = 0  # bumped by each capture: which recorded events a capture may wait on (overlap.py)
@@ -567,7 +572,7 @@ class CudaOps(Ops):
                                       ("no_moe_q8", not self.moe_q8), ("no_moe_router", not self.moe_router_fuse),
                                       ("no_moe_grouped", not self.moe_grouped),
                                       (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "4"),
-                                      ("no_xh_regs", not self.xh_regs), ("deq_staged", self.deq_staged),
+                                      ("no_xh_regs", not self.xh_regs), ("no_deq_staged", not self.deq_staged),
                                       ("prefill_overlap", self.prefill_overlap),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),

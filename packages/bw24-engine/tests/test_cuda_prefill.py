@@ -536,6 +536,7 @@ def test_stacked_gemm_pieces_and_columns(helpers, monkeypatch, scratch_rows, spl
     sx = np.full(T, 0.5, np.float32)
     prefill.stacked_gemm(ops, parts, T, (x.ravel(), None, sx), split)
     assert ops.launched == ["gemm_epilogue_parts"]  # three parts with at most a bias: one epilogue launch
+    assert (log[0] == "drain") == overlap  # the slots made: the side stream drained first (none grow after)
     assert _chunk_protocol(log, overlap) == -(-84 // min(84, prefill.gemm_rows(K, split)))  # 40 + 24 + 20 rows
     wants = []
     for (w, r0, n, o, b, _, _) in parts:

@@ -464,7 +464,7 @@ class CudaOps(Ops):
     # 1653f1f the 8B's pp512 spent 10.6 of its 29.7 ms of kernels in the plain kernel. H200, 29169ce
     # (evidence/dequant_h200_29169ce.log, perf_ab_h200_29169ce.log): the kernel alone 1.9-2.4 -> 3.2-3.8 TB/s
     # (42-53% -> 71-84% of HBM read) on the 8B's chunks of Q4_K, Q6_K, Q8_0 and Q4_0; the 8B's pp512 +13.3% (Q8_0,
-    # 18,273 -> 20,697 tok/s) and +14.6% (Q4_K_M, 18,324 -> 20,999). The default since; BW24_DEQ_STAGED=0 turns it
+    # 18,273 -> 20,697 tok/s) and +14.6% (Q4_K_M, 18,324 -> 20,999). The default since 8744df8; BW24_DEQ_STAGED=0 turns it
     # off (perf rows "no_deq_staged").
     deq_staged = os.environ.get("BW24_DEQ_STAGED", "1") != "0"
     # Prefill's dequantization on a side stream, a chunk ahead of the GEMMs, in two scratch slots (ops/cuda/overlap.py;

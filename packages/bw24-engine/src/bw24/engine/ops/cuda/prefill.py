@@ -170,20 +170,17 @@ def chunk_slots(ops, halves: int, split: bool):
     """Where a GEMM call's row chunks are dequantized: [(wh, wl)] (one scratch, on the backend's stream) and no
     overlap; or with ops.prefill_overlap (BW24_PREFILL_OVERLAP) the overlap.SLOTS slots of its own scratch (never
     shared with the MoE prefill's) and the Overlap that hands them out. A slot is sized for PREFILL_SCRATCH's chunk
-    (its halves: PREFILL_SCRATCH / 2 bytes each of wh and wl when split) so it seldom grows; before one grows outside
-    a capture the side stream is drained (the old buffer goes back to the pool)."""
+    (its halves: PREFILL_SCRATCH / 2 bytes each of wh and wl when split) so it seldom grows. A grown slot's old array
+    is safe while the side stream may still write it: _buf grows outside a capture only, and hands the old array
+    back through _release_pool, whose cudaFree waits for the whole device (the side stream too)."""
     from .overlap import SLOTS
 
     f16 = np.float16
     if not getattr(ops, "prefill_overlap", False):
         return [(ops._buf("gemm_wh", halves, f16), ops._buf("gemm_wl", halves, f16) if split else None)], None
-    ov = ops.overlap()
     n = max(halves, PREFILL_SCRATCH // (4 if split else 2))  # gemm_rows' chunk at most
-    keys = [(f"gemm_wh_o{i}", f"gemm_wl_o{i}" if split else None) for i in range(SLOTS)]
-    if not ops._capturing and any(k and (ops._scratch.get(k) is None or ops._scratch[k].size < n) for ks in keys
-                                  for k in ks):
-        ov.side.synchronize()
-    return [(ops._buf(h, n, f16), ops._buf(lo, n, f16) if lo else None) for h, lo in keys], ov
+    return [(ops._buf(f"gemm_wh_o{i}", n, f16), ops._buf(f"gemm_wl_o{i}", n, f16) if split else None)
+            for i in range(SLOTS)], ops.overlap()
 
 
 def chunk(ops, slots, ov, dequants, gemm) -> None:

@@ -36,6 +36,9 @@ case $STAGE in
     for w in .whl .whl_nb; do [ -d $w ] && python3 -m pip install -q --no-index --no-deps --no-compile \
       --no-cache-dir --upgrade --target /tmp/site $w/*.whl > /dev/null 2>&1; done
     [ -f .llama/llsrc.tar.xz ] && bash $B/gpu_llama_build.sh start
+    # the kernel cache built without a GPU (kcache_pack.sh; carry .kcache): `warm` then finds its modules
+    K=${BW24_KERNEL_CACHE:-$HOME/.cache/bw24/kernels}
+    [ -f .kcache/kernels.tar.xz ] && mkdir -p $K && tar xJf .kcache/kernels.tar.xz -C $K && echo "kernel cache: $(ls $K | grep -c cubin) modules in $K"
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv ;;
   piece) bash $B/gpu_models.sh add "$1" ;;
   await)  # await FILE [SECS]: a chain's stage that needs a model the piece calls are still bringing in
@@ -204,7 +207,7 @@ PY
     # the chain runs from a snapshot of the tree (/tmp/w_NAME): each `device run` call re-copies the
     # working tree, and a kernel compiled from it mid-copy once failed with "cannot open common.cuh"
     name=$1; shift; W=/tmp/w_$name; rm -rf $W; mkdir -p $W
-    tar cf - --exclude=./.models --exclude=./.whl --exclude=./.whl_nb --exclude=./.llama --exclude=./.git . \
+    tar cf - --exclude=./.models --exclude=./.whl --exclude=./.whl_nb --exclude=./.llama --exclude=./.kcache --exclude=./.git . \
       | (cd $W && tar xf -)
     chain="cd $W; "
     # the stages as one ';'-separated argument, or @FILE: one stage a line ('#' comments), e.g. next_chain.txt

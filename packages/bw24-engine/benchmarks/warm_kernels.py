@@ -9,6 +9,11 @@ variants, the opt-ins' builds: MANIFEST, recorded through kernels.MANIFEST_ENV a
 ingest_evidence.py), those with the PDL define this device gets; a recorded module that no longer compiles (a
 kernel since removed) is counted and skipped. Other instances still compile on first use.
 
+A module already in the disk cache is not compiled again: the cache that `kcache_pack.sh` builds on a machine
+without a GPU (NVRTC 13.0, sm_90a) and the setup call unpacks makes this stage a check. Its line says how many
+modules it found there and which NVRTC this host has: the cache key holds NVRTC's version, so a pack built with
+another version is never hit and every module compiles here as before.
+
     python warm_kernels.py [ARCH]      (ARCH: the device's, e.g. 90a; default: read from the GPU)
 """
 
@@ -58,16 +63,18 @@ def manifest_jobs(path: Path = MANIFEST, pdl: bool = True) -> list[tuple[str, tu
     return out
 
 
-def _compile(job, arch: str) -> str | None:
-    """The module's cache key; None where it does not compile (a recorded instance since removed)."""
+def _compile(job, arch: str) -> tuple[str | None, bool]:
+    """(the module's cache key, whether the disk cache held it already); the key None where it does not compile (a
+    recorded instance since removed)."""
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin
+    from bw24.runtime.compile import cache_dir, cache_key, compile_cubin
 
     f, names, defines = job
+    hit = (cache_dir() / f"{cache_key((KERNEL_DIR / f).resolve(), arch, defines, names)}.cubin").is_file()
     try:
-        return compile_cubin(KERNEL_DIR / f, arch, defines, names).key
+        return compile_cubin(KERNEL_DIR / f, arch, defines, names).key, hit
     except Exception:  # noqa: BLE001 (a stale record: NVRTC's error for a name the file no longer has)
-        return None
+        return None, hit
 
 
 def main(arch: str | None = None) -> int:
@@ -83,11 +90,15 @@ def main(arch: str | None = None) -> int:
     recorded = [j for j in manifest_jobs(pdl=pdl) if _key(j) not in have]
     t = time.perf_counter()
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        keys = list(pool.map(_compile, todo + recorded, [arch] * (len(todo) + len(recorded))))
+        done = list(pool.map(_compile, todo + recorded, [arch] * (len(todo) + len(recorded))))
+    keys = [k for k, _ in done]
     failed = sum(k is None for k in keys)
+    from bw24.runtime.compile import cache_dir, nvrtc_version
+
     print(f"warm: {len(keys) - failed} modules for sm_{arch}{' with BW24_PDL' if pdl else ''} ({len(todo)} of the "
           f"compile set, {len(recorded)} recorded, {failed} that no longer compile) in "
-          f"{time.perf_counter() - t:.1f} s on {os.cpu_count()} cores")
+          f"{time.perf_counter() - t:.1f} s on {os.cpu_count()} cores; {sum(h for _, h in done)} found in the disk "
+          f"cache ({cache_dir()}), NVRTC {'.'.join(map(str, nvrtc_version()))}")
     return 1 if any(k is None for k in keys[:len(todo)]) else 0
 
 

@@ -163,9 +163,26 @@ def test_warm_kernels_builds_the_modules_get_kernel_loads(cache):
         {(f, (n,)) for f, ns in COMPILE_SET.items() for n in ns} | {(f, ()) for f in COMPILE_SET})
     assert all(defines == {"BW24_PDL": 1} for _, _, defines in jobs)
     job = next(j for j in jobs if j[0] == "norm.cu" and j[1])
-    key = wk._compile(job, "90a")
+    key, hit = wk._compile(job, "90a")
     assert key == cache_key(KERNEL_DIR / "norm.cu", "90a", {"BW24_PDL": 1}, job[1], ())
     assert (cache / f"{key}.cubin").is_file()
+
+
+def test_warm_kernels_counts_the_modules_the_disk_cache_holds(tmp_path, monkeypatch):
+    """The host's `warm` over the pack kcache_pack.sh builds here: a module whose cubin the disk cache holds
+    (by the key that holds NVRTC's version) counts as found and is not compiled again; in a fresh cache it is
+    compiled and not counted."""
+    import bw24.runtime.compile as C
+
+    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "_mem", {})  # no module from an earlier test in memory: NVRTC runs
+    wk = _warm_module()
+    job = ("norm.cu", (), {"BW24_PDL": 1})
+    key, hit = wk._compile(job, "90a")
+    assert (tmp_path / f"{key}.cubin").is_file() and not hit
+    monkeypatch.setattr(C, "_mem", {})
+    monkeypatch.setattr(C, "_nvrtc_compile", lambda *a: pytest.fail("compiled a module the disk cache holds"))
+    assert wk._compile(job, "90a") == (key, True)
 
 
 def _warm_module():
@@ -198,8 +215,8 @@ def test_warm_kernels_replays_the_recorded_modules(tmp_path, cache):
                     ("norm.cu", ("rmsnorm_reg<3,99>",), {"BW24_PDL": 1})]
     assert wk.manifest_jobs(m, pdl=False) == [("norm.cu", (), {"BW24_PLANTED_BUG": 1})]
     assert wk.manifest_jobs(tmp_path / "absent.jsonl") == []
-    assert wk._compile(jobs[0], "90a") is not None
-    assert wk._compile(("norm.cu", ("no_such_kernel<1>",), {"BW24_PDL": 1}), "90a") is None
+    assert wk._compile(jobs[0], "90a")[0] is not None
+    assert wk._compile(("norm.cu", ("no_such_kernel<1>",), {"BW24_PDL": 1}), "90a") == (None, False)
 
 
 def test_get_kernel_records_each_module_it_loads(tmp_path, monkeypatch):

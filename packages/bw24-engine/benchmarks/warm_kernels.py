@@ -99,6 +99,8 @@ def main(arch: str | None = None) -> int:
           f"compile set, {len(recorded)} recorded, {failed} that no longer compile) in "
           f"{time.perf_counter() - t:.1f} s on {os.cpu_count()} cores; {sum(h for _, h in done)} found in the disk "
           f"cache ({cache_dir()}), NVRTC {'.'.join(map(str, nvrtc_version()))}")
+    if os.environ.get("BW24_WARM_KEYS"):  # kcache_pack.sh keeps these modules of a reused cache and drops the rest
+        Path(os.environ["BW24_WARM_KEYS"]).write_text("".join(f"{k}\n" for k in keys if k))
     return 1 if any(k is None for k in keys[:len(todo)]) else 0
 
 

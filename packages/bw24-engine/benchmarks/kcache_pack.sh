@@ -7,7 +7,8 @@
 # built with the host's NVRTC, the host finds every module and `warm` only checks them (its line counts the modules
 # found). Built with another version the pack is never hit, and `warm` compiles as before: nothing is wrong, only slow.
 #   bash packages/bw24-engine/benchmarks/kcache_pack.sh PYTHON [ARCH]
-# PYTHON: an interpreter whose CuPy loads NVRTC 13.0 (the host's: cupy-cuda13x 14.2 with nvidia-cuda-nvrtc 13.0.88;
+# PYTHON: an interpreter whose CuPy loads NVRTC 13.0 (the host's as its cupy-cuda13x 14.2 and torch cu130 suggest, not
+# yet read there: `warm` prints it; here nvidia-cuda-nvrtc 13.0.88;
 # README "The GPU host" has the venv's commands); ARCH: 90a (the H100's and the H200's). Writes .kcache/kernels.tar.xz
 # (git-ignored). An existing pack is the start: only the modules whose sources changed compile (~20 minutes on 2 cores
 # from nothing), and the modules `warm` no longer asks for are dropped, so the pack holds the current sources' only.

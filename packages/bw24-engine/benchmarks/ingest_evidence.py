@@ -6,7 +6,7 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
 - perf rows: R_DIR/perf.jsonl must start with the committed benchmarks/perf.jsonl (the host appended to a copy
   of it); the rows after that prefix are appended. Anything else is an error that names the first differing
   line, and nothing is written.
-- logs: kernel_check.log, pytest_gpu.log, run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
+- logs: kernel_check.log, pytest_gpu.log (pytest_gpu_k_*.log: a selection), run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
   spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log,
   mvbench.log (+ its mvbench.json), stream_probe.log (+ its stream_probe/stream_probe.json), dequant.log (+ its
   dequant/dequant.json), ncu_*.txt at the top of R_DIR; the same
@@ -111,6 +111,8 @@ def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
         return f"mvbench_{gpu}_{sha}{suffix}.json"
     if name == "profile.log":
         return f"profile_{gpu}_{sha}{suffix}.txt"
+    if stem.startswith("pytest_gpu_k_") and ext == "log":  # the pytest stage on a selection (pytest EXPR)
+        return f"pytest_gpu_{gpu}_{sha}{suffix}_k_{stem[13:]}.log"
     if stem.startswith("run_gen_"):
         return f"{stem}_cuda_{gpu}_{sha}{suffix}.log"
     if stem.startswith("tables_") and ext == "log":  # the variant stage's printout (the entries before / after)

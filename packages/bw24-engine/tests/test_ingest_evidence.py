@@ -116,6 +116,10 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("stream_probe.log"), "abc1234") == "stream_probe_h200_abc1234.log"
     assert mod.target_name(Path("stream_probe/stream_probe.json"), "abc1234") == "stream_probe_h200_abc1234.json"
     assert mod.target_name(Path("dequant.log"), "abc1234") == "dequant_h200_abc1234.log"  # the dequant stage
+    # the pytest stage: the whole suite, and a selection (pytest overlap) in a log of its own
+    assert mod.target_name(Path("pytest_gpu.log"), "abc1234", "h100") == "pytest_gpu_h100_abc1234.log"
+    assert mod.target_name(Path("pytest_gpu_k_overlap.log"), "abc1234", "h100") == \
+        "pytest_gpu_h100_abc1234_k_overlap.log"
     assert mod.target_name(Path("dequant/dequant.json"), "abc1234", "h100") == "dequant_h100_abc1234.json"
     assert mod.target_name(Path("BW24_TUNING_DIR_w32/perf_8ee999.log"), "abc1234") == \
         "perf_h200_abc1234_tuning_dir_w32.log"

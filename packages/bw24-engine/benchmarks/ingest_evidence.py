@@ -112,7 +112,7 @@ def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
     if name == "profile.log":
         return f"profile_{gpu}_{sha}{suffix}.txt"
     if stem.startswith("pytest_gpu_k_") and ext == "log":  # the pytest stage on a selection (pytest EXPR)
-        return f"pytest_gpu_{gpu}_{sha}{suffix}_k_{stem[13:]}.log"
+        return f"pytest_gpu_{gpu}_{sha}{suffix}_k_{stem.removeprefix('pytest_gpu_k_')}.log"
     if stem.startswith("run_gen_"):
         return f"{stem}_cuda_{gpu}_{sha}{suffix}.log"
     if stem.startswith("tables_") and ext == "log":  # the variant stage's printout (the entries before / after)

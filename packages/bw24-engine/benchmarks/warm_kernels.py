@@ -67,10 +67,10 @@ def _compile(job, arch: str) -> tuple[str | None, bool]:
     """(the module's cache key, whether the disk cache held it already); the key None where it does not compile (a
     recorded instance since removed)."""
     from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime.compile import cache_dir, cache_key, compile_cubin
+    from bw24.runtime.compile import cache_key, compile_cubin, on_disk
 
     f, names, defines = job
-    hit = (cache_dir() / f"{cache_key((KERNEL_DIR / f).resolve(), arch, defines, names)}.cubin").is_file()
+    hit = on_disk(cache_key((KERNEL_DIR / f).resolve(), arch, defines, names))
     try:
         return compile_cubin(KERNEL_DIR / f, arch, defines, names).key, hit
     except Exception:  # noqa: BLE001 (a stale record: NVRTC's error for a name the file no longer has)

@@ -115,6 +115,12 @@ _lock = threading.Lock()
 _mem: dict[str, CompiledKernel] = {}
 
 
+def on_disk(key: str) -> bool:
+    """Whether the disk cache holds the module of this cache key (its cubin and its lowered names)."""
+    d = cache_dir()
+    return (d / f"{key}.cubin").is_file() and (d / f"{key}.json").is_file()
+
+
 def compile_cubin(path: str | os.PathLike, arch: str, defines: dict[str, object] | None = None,
                   name_expressions: tuple[str, ...] = (), options: tuple[str, ...] = (),
                   use_disk_cache: bool = True) -> CompiledKernel:
@@ -127,7 +133,7 @@ def compile_cubin(path: str | os.PathLike, arch: str, defines: dict[str, object]
             return _mem[key]
     d = cache_dir()
     cub_f, meta_f = d / f"{key}.cubin", d / f"{key}.json"
-    if use_disk_cache and cub_f.is_file() and meta_f.is_file():
+    if use_disk_cache and on_disk(key):
         ck = CompiledKernel(key, arch, cub_f.read_bytes(), json.loads(meta_f.read_text()))
     else:
         ck = _nvrtc_compile(path, arch, defines, name_expressions, options, key)

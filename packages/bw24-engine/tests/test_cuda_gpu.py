@@ -165,6 +165,13 @@ def test_attention_dec_late_cases_green_and_a_dropped_key_red():
     _green_then_red(107, "attn dec late", "planted_declate", "attn dec late trigger == start", 5)
 
 
+def test_attention_dec_km_cases_green_and_a_dropped_key_red():
+    """BW24_ATTN_DEC_KM's cases (attn_dec_mma with the keys as the mma's M dimension, against the reference; verify
+    rows == decode rows) are green; the planted variant that drops every warp's first key of a tile turns the 11
+    reference cases red (rows==decode compares the planted kernel with itself and stays green)."""
+    _green_then_red(109, "attn dec km", "planted_deckm", "attn dec km", 11)
+
+
 def test_q8_decode_late_cases_green_and_a_dropped_first_group_red():
     """BW24_QMV8_EARLY=0's cases (a decode q8 matvec's first weight group loaded after the PDL wait: the early loads'
     bits, alone, batched and in a multi launch) are green; the planted late loop that starts at the second group

@@ -386,6 +386,11 @@ class CudaOps(Ops):
     # (BW24_ATTN_DEC_LATE=1; perf rows "attn_dec_late") until the H200 has timed it.
     attn_dec_late_env = os.environ.get("BW24_ATTN_DEC_LATE", "0")
     attn_dec_late = attn_dec_late_env == "1"
+    # The tensor-core attention with the keys as the mma's M dimension (attention_dec_mma.cu BW24_DEC_MMA_KM, why there:
+    # half the mma of the plain mapping, whose 16 rows hold at most 8 q heads). Opt-in (BW24_ATTN_DEC_KM=1; perf rows
+    # "attn_dec_km") until the H200 has timed it; not the plain mapping's bits (its row sums gather in another order).
+    attn_dec_km_env = os.environ.get("BW24_ATTN_DEC_KM", "0")
+    attn_dec_km = attn_dec_km_env == "1"
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -563,6 +568,7 @@ class CudaOps(Ops):
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("no_attn_dec_unroll", not self.attn_dec_unroll),
                                       ("attn_dec_late", self.attn_dec_late),
+                                      ("attn_dec_km", self.attn_dec_km),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
@@ -650,6 +656,8 @@ class CudaOps(Ops):
                  "whole", True),
                 ("BW24_ATTN_DEC_LATE", self.attn_dec_late_env, "the tensor-core attention's PDL trigger after its "
                  "tiles", False),
+                ("BW24_ATTN_DEC_KM", self.attn_dec_km_env, "the tensor-core attention with the keys as the mma's M "
+                 "dimension", False),
                 ("BW24_QMV8_EARLY", self.qmv8_early_env, "a decode q8 matvec's first weight group loaded before "
                  "its PDL wait", True)):
             _check_switch(var, value, on, default_on)
@@ -729,6 +737,7 @@ class CudaOps(Ops):
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
                    "planted_declate": (("BW24_PLANTED_DECLATE", 1),),
+                   "planted_deckm": (("BW24_PLANTED_DECKM", 1),),
                    "planted_qmv8late": (("BW24_PLANTED_QMV8LATE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
@@ -754,6 +763,8 @@ class CudaOps(Ops):
             defines += (("BW24_DEC_MMA_COPY_UNROLL", 0),)
         if self.attn_dec_late and file == "attention_dec_mma.cu":
             defines += (("BW24_DEC_MMA_LATE_TRIGGER", 1),)
+        if self.attn_dec_km and file == "attention_dec_mma.cu":
+            defines += (("BW24_DEC_MMA_KM", 1),)
         if not self.qmv8_early and file == "qmatvec_q8.cu":  # (qmatvec_q8.cu loads early by default, under PDL)
             defines += (("QMV8_EARLY", 0),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)

@@ -950,41 +950,6 @@ def test_dec_late_is_opt_in_refused_or_recorded_and_built_into_the_tensor_core_a
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_dec_km_is_opt_in_refused_or_recorded_and_built_into_the_tensor_core_attention_alone(tmp_path, monkeypatch,
-                                                                                             helpers):
-    """BW24_ATTN_DEC_KM (attn_dec_mma with the keys as the mma's M dimension): off by default, 1 builds
-    attention_dec_mma.cu alone with BW24_DEC_MMA_KM and perf rows say attn_dec_km, another value is an error naming
-    the variable; the planted canary's macro reaches that file alone; the instances of the models' G (2, 4, 8; and 7
-    at D = 64) compile with it, through the pipe and early tiles, without the pipe, with the late trigger, and the
-    canary's build; its kernel-check family (12 cases, one rows==decode) holds it to the reference and verify rows
-    to decode rows."""
-    from bw24.engine.kernel_cases_attn import dec_km_cases
-    from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    helpers.opt_in_switch(monkeypatch, "attn_dec_km", "attn_dec_km_env", "BW24_ATTN_DEC_KM", "attn_dec_km",
-                          "planted_deckm", "BW24_PLANTED_DECKM", "attention_dec_mma.cu", "attention.cu")
-    ops = CudaOps.__new__(CudaOps)
-    ops.pdl, ops.variant, ops.attn_dec_pipe = True, "", True
-    assert not any(d[0] == "BW24_DEC_MMA_KM" for d in ops.kernel_defines("attention_dec_mma.cu"))
-    ops.attn_dec_km = True
-    assert ("BW24_DEC_MMA_KM", 1) in ops.kernel_defines("attention_dec_mma.cu")
-    assert not any(d[0] == "BW24_DEC_MMA_KM" for d in ops.kernel_defines("attention.cu"))
-    cases = [name for name, _ in dec_km_cases()]
-    assert len(cases) == 12 and all(n.startswith("attn dec km ") for n in cases)
-    assert sum("rows==decode" in n for n in cases) == 1
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<128,128,2,32>",
-             "attn_dec_mma<64,64,7,32>")
-    km = {"BW24_DEC_MMA_KM": 1}
-    for defines in ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1, **km}, {"BW24_PDL": 1, **km},
-                    {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_LATE_TRIGGER": 1, **km},
-                    {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_PLANTED_DECKM": 1, **km}):
-        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", defines=defines, name_expressions=names)
-        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
-
-
 def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_attention_files(tmp_path, monkeypatch,
                                                                                           helpers):
     """BW24_ATTN_MERGE_FACTORS (a block's merge with each head's factors worked out once, attn_chunk.cuh): on by

@@ -543,35 +543,6 @@ def dec_late_cases() -> Iterator[tuple[str, Case]]:
     yield from tile_bits_cases("attn_dec_late", "attn dec late trigger == start bitwise", DEC_BUILD_SHAPES)
 
 
-dec_km = _with("attn_dec_km", "The tensor-core attention with the keys as the mma's M dimension (BW24_ATTN_DEC_KM).")
-
-
-def dec_km_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_ATTN_DEC_KM (attn_dec_mma with the keys as the mma's M dimension, opt-in): not the plain mapping's bits (its
-    row sums gather over 8 lanes, its scores over two accumulators), so against the float64 reference (gemm16) at
-    DEC_BUILD_SHAPES through the pipe (the default), the 0.6B's G = 2 and the 8B's G = 4 past the split of 4 tiles,
-    verify rows of one tile, two shapes without the pipe, and one split that writes the output and its int8 rows
-    (short=128, from=32); and verify rows == decode rows bit for bit. The planted_deckm canary (every warp's first key
-    of a tile dropped) turns the 11 reference cases red; rows==decode (the planted kernel against itself) stays
-    green (tests/test_cuda_gpu.py)."""
-    for D, G, Hkv, T, p0, ns, win, cap, tiles in DEC_BUILD_SHAPES + ((128, 2, 8, 1, 4000, None, None, None, 2),
-                                                                    (128, 4, 8, 1, 4000, 16, None, None, 4),
-                                                                    (128, 8, 4, 9, 1020, None, None, None, 1)):
-        case = dec_km(dec_mma_ref_case(D, G, T, p0, 1024, win, cap, Hkv))
-        yield (f"attn dec km D={D} G={G} Hkv={Hkv} T={T} pos={p0}{f' splits={ns}' if ns else ''} tiles={tiles}"
-               f"{f' window={win}' if win else ''}{f' softcap={cap:g}' if cap else ''} half-KV"), \
-            splits(ns)(case) if ns else case
-    no_pipe = _with("attn_dec_pipe", "", False)
-    yield "attn dec km no pipe D=128 G=8 Hkv=8 T=1 pos=4000 tiles=2 half-KV", \
-        no_pipe(dec_km(dec_mma_ref_case(128, 8, 1, 4000, 1024, Hkv=8)))
-    yield "attn dec km no pipe D=128 G=8 Hkv=4 T=5 pos=3000 splits=16 tiles=3 half-KV", \
-        splits(16)(no_pipe(dec_km(dec_mma_ref_case(128, 8, 5, 3000, 1024, Hkv=4))))
-    yield "attn dec km +q8 out D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
-        short(128)(dec_mma(32)(dec_km(attn_q8_case(128, 4, 1, 100, 8, half=True, cls="gemm16"))))
-    yield "attn dec km rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 splits=16 half-KV", \
-        splits(16)(dec_km(dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True))))
-
-
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
 
 # A kernel ahead that writes a step's new cache rows late: it opens as every bw24 kernel does (common.cuh PDL_OPEN),
@@ -836,7 +807,6 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield from dec_bounds_cases()
     yield from dec_unroll_cases()
     yield from dec_late_cases()
-    yield from dec_km_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

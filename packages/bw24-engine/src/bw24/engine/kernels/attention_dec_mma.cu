@@ -88,25 +88,15 @@
 #ifndef BW24_DEC_MMA_LATE_TRIGGER
 #define BW24_DEC_MMA_LATE_TRIGGER 0
 #endif
-// BW24_DEC_MMA_KM (ops/cuda/backend.py attn_dec_km; opt-in, BW24_ATTN_DEC_KM=1): the keys as the mma's M dimension.
-// S^T[16 keys x 8 heads] = K Q^T (K's rows the A fragments by ldmatrix, q the B fragments) and O^T[DV x 8 heads] +=
-// V^T P^T (V^T's A fragments by ldmatrix .trans, P^T's B fragments from S^T's accumulators by movmatrix .trans).
-// Why: a decode row set is G <= 8 q heads, so the plain mapping's 16 mma rows hold at most 8 live ones (4 for the 8B,
-// 2 for the 0.6B) and a warp's 16 keys take 2 x D/16 + DV/8 mma; with the keys as M, the 8 n columns are the heads
-// and the same keys take D/16 + DV/16: half the mma, one ldmatrix .x4 for K's 16 x 16 block where the plain loop
-// reads 4 words a lane, and O's accumulators are 32 floats a lane at DV = 128 against 64 (half of them the plain
-// mapping's padding rows). On the H200 pass 1 at 4,096 keys ran ~10.9 us a layer on the 8B with 15% of its issue
-// slots busy: a latency-bound chain of tile math behind each tile's loads. The scores add two accumulators (even and
-// odd 16-dim steps) so the dependent chain of mma is D/32 long, and the row sums l gather over 8 lanes (the keys)
-// instead of 4: not the plain mapping's bits. The same formula and precision (float16 q * scale, K, V and P, float32
-// sums): kernel-check's "attn dec km" cases against the float64 reference (gemm16), verify rows == decode rows bit
-// for bit (every row of this build takes the same path), and its canary planted_deckm.
-#ifndef BW24_DEC_MMA_KM
-#define BW24_DEC_MMA_KM 0
-#endif
 #ifndef DM_MIN_BLOCKS
 #define DM_MIN_BLOCKS (BW24_DEC_MMA_PIPE ? 3 : 4)
 #endif
+// Not here: the keys as the mma's M dimension (BW24_DEC_MMA_KM, 66026dd .. 76809cf: S^T = K Q^T and O^T += V^T P^T,
+// P^T's B fragments by movmatrix; half the mma of this mapping, whose 16 rows hold at most 8 q heads, and 107 registers
+// against 138-151). Its 11 reference cases and rows==decode were green on an H100 at 76809cf and the 8B's gate
+// matched with it, but a layer at 4,096 keys took 15.17 us against 15.31 (the 8B), 16.14 against 16.27 (the 32B) and
+// 14.56 against 14.71 (the 0.6B), and the cells moved +0.1% / -0.2% / -0.7% (evidence/attn_sweep_h100_76809cf.log,
+// perf_ab_h100_76809cf.log): the mma are not what a split waits on, so it was removed.
 // Not here: pass 2 of this kernel's rows inside it (BW24_DEC_MMA_FUSE, 1aeef0e: the last split block of (token, kv
 // head) combining its G heads): on the H200 at 5107205 slower than attn_combine's launch at every split count and
 // shape measured (the 32B at 4,096 keys, 33 splits with the pipe: 23.85 us a layer against 15.07;
@@ -239,111 +229,6 @@ __device__ __forceinline__ void dm_tile_math(const __half (*ks)[KP], const __hal
     }
 }
 
-// ldmatrix .x4 of four 8 x 8 float16 matrices from shared memory (lane l gives row l % 8 of matrix l / 8), plain
-// (a lane holds row l / 4, columns 2(l % 4), +1 of each) or transposed (.trans: row 2(l % 4), +1, column l / 4).
-__device__ __forceinline__ void dm_ldsm_x4(u32 (&r)[4], const __half* row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((u32)__cvta_generic_to_shared(row)));
-}
-__device__ __forceinline__ void dm_ldsm_x4_trans(u32 (&r)[4], const __half* row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((u32)__cvta_generic_to_shared(row)));
-}
-// An 8 x 8 float16 matrix in the accumulator / ldmatrix layout (lane l: row l / 4, columns 2(l % 4), +1), transposed
-// in place across the warp (sm_75+).
-__device__ __forceinline__ u32 dm_movmatrix_trans(u32 a) {
-    u32 d;
-    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
-    return d;
-}
-
-// dm_tile_math with the keys as the mma's M dimension (BW24_DEC_MMA_KM, why there). Lane (g = lane / 4, c = lane % 4)
-// holds the scores of keys k0 + g and k0 + g + 8 for heads 2c and 2c + 1 (sc[e]: key g + 8 (e / 2), head 2c + e % 2),
-// so head h's softmax state (m[h % 2], l[h % 2]: this lane's share of the sum) lives in the 8 lanes of c = h / 2, and
-// O^T's accumulators o[i] are dims 16i + g (o[i][0..1]) and 16i + g + 8 (o[i][2..3]) of heads 2c, 2c + 1. q's A
-// fragments of the plain mapping are its B fragments here: qa[kk][0] and qa[kk][2] are head g's dims kk * 16 + 2c ..
-// and kk * 16 + 2c + 8 .. (qa[kk][1], qa[kk][3] the plain mapping's zero rows). Heads G .. 7 have q = 0: finite
-// scores, unused.
-template <int D, int DV, int KP, int VP>
-__device__ __forceinline__ void dm_tile_math_km(const __half (*ks)[KP], const __half (*vs)[VP], int jt, int j1, int k0,
-                                                const u32 (&qa)[D / 16][4], float (&o)[DV / 16][4], float (&m)[2],
-                                                float (&l)[2], float softcap, int lane) {
-    constexpr int KS = D / 16, NM = DV / 16;
-    const int g = lane >> 2, mi = lane >> 3, r8 = lane & 7;
-    // S^T = K Q^T: K's 16 x 16 blocks as A (matrix mi: keys + (mi % 2) 8, dims + (mi / 2) 8), two accumulators
-    float sa[4] = {0.f, 0.f, 0.f, 0.f}, sb[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-        u32 a[4];
-        dm_ldsm_x4(a, &ks[k0 + r8 + (mi & 1) * 8][kk * 16 + (mi >> 1) * 8]);
-        mma16816((kk & 1) ? sb : sa, a, qa[kk][0], qa[kk][2]);
-    }
-    float sc[4], mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const int j = jt + k0 + g + 8 * (e >> 1);
-        float v = sa[e] + sb[e];
-        if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-// kernel_check canaries: the warp's first key of the tile dropped (planted_deckm; and dm_tile_math's, so that a
-// canary of the plain mapping stays red in a build with this one)
-#if defined(BW24_PLANTED_DECKM) || defined(BW24_PLANTED_DECMMA) || \
-    (defined(BW24_PLANTED_DECBOUNDS) && DM_MIN_BLOCKS != 4) || \
-    (defined(BW24_PLANTED_DECLATE) && BW24_DEC_MMA_LATE_TRIGGER)
-        v = j < j1 && !(g == 0 && e < 2) ? v : -INFINITY;
-#else
-        v = j < j1 ? v : -INFINITY;
-#endif
-        sc[e] = v;
-        mx[e & 1] = fmaxf(mx[e & 1], v);
-    }
-    float corr[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // head 2c + h: its max over the warp's 16 keys (the 8 lanes of this c)
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 4));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 8));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 16));  // finite: key jt + k0 < j1 is live
-        const float mn = fmaxf(m[h], mx[h]);
-        corr[h] = expf(m[h] - mn);  // m = -inf: 0
-        const float p0 = sc[h] == -INFINITY ? 0.f : expf(sc[h] - mn);
-        const float p1 = sc[2 + h] == -INFINITY ? 0.f : expf(sc[2 + h] - mn);
-        sc[h] = p0;
-        sc[2 + h] = p1;
-        l[h] = l[h] * corr[h] + (p0 + p1);
-        m[h] = mn;
-    }
-#pragma unroll
-    for (int i = 0; i < NM; ++i) {
-        o[i][0] *= corr[0];
-        o[i][1] *= corr[1];
-        o[i][2] *= corr[0];
-        o[i][3] *= corr[1];
-    }
-    // P^T's B fragments: the accumulators' 8 x 8 blocks (keys g, heads 2c..; keys g + 8, heads 2c..) as float16,
-    // transposed to (head g, keys 2c..) and (head g, keys 8 + 2c..)
-    const u32 b0 = dm_movmatrix_trans(pack_half2(sc[0], sc[1]));
-    const u32 b1 = dm_movmatrix_trans(pack_half2(sc[2], sc[3]));
-    // O^T += V^T P^T: V^T's 16 dims x 16 keys as A by ldmatrix .trans of V's rows (matrix mi: dims + (mi % 2) 8,
-    // keys + (mi / 2) 8)
-#pragma unroll
-    for (int i = 0; i < NM; ++i) {
-        u32 a[4];
-        dm_ldsm_x4_trans(a, &vs[k0 + r8 + (mi >> 1) * 8][16 * i + (mi & 1) * 8]);
-        mma16816(o[i], a, b0, b1);
-    }
-}
-
-// The tile math of this build: the plain mapping (heads as M) or the keys as M (BW24_DEC_MMA_KM).
-template <int D, int DV, int KP, int VP, int NA>
-__device__ __forceinline__ void dm_math(const __half (*ks)[KP], const __half (*vs)[VP], int jt, int j1, int k0,
-                                        const u32 (&qa)[D / 16][4], float (&o)[NA][4], float (&m)[2], float (&l)[2],
-                                        float softcap, int lane) {
-#if BW24_DEC_MMA_KM
-    dm_tile_math_km<D, DV, KP, VP>(ks, vs, jt, j1, k0, qa, o, m, l, softcap, lane);
-#else
-    dm_tile_math<D, DV, KP, VP>(ks, vs, jt, j1, k0, qa, o, m[0], l[0], softcap, lane);
-#endif
-}
-
 // The pipe's stages (BW24_DEC_MMA_PIPE): two tiles, each its K rows then its V rows (dm_pipe_smem in ops/cuda/attn.py:
 // the bytes). At file scope so that dm_early (before the wait) and the kernel's loop name the same buffer.
 extern __shared__ __align__(16) unsigned char dm_smem[];
@@ -448,12 +333,9 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         }
     }
 
-    // this lane's softmax state and O: the plain mapping's row g (m[0], l[0]; the row g + 8 half of o stays unused),
-    // or with the keys as M heads 2c, 2c + 1 (dm_tile_math_km)
-    constexpr int NA = BW24_DEC_MMA_KM ? DV / 16 : NO;
-    float o[NA][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float o[NO][4], m = -INFINITY, l = 0.f;  // this lane's row g (the row g + 8 half of o stays unused)
 #pragma unroll
-    for (int i = 0; i < NA; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int i = 0; i < NO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     const __half* kb = kc + (i64)hk * S * D;
     const __half* vb = vc + (i64)hk * S * DV;
 
@@ -476,7 +358,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         __syncthreads();  // every thread's copies of this tile are visible
         const int k0 = 16 * w;  // this warp's first key of the tile
         if (jt + k0 < j1)  // a live key of this warp here (warp-uniform)
-            dm_math<D, DV, KP, VP, NA>(kst(st), vst(st), jt, j1, k0, qa, o, m, l, softcap, lane);
+            dm_tile_math<D, DV, KP, VP>(kst(st), vst(st), jt, j1, k0, qa, o, m, l, softcap, lane);
         __syncthreads();  // this stage's readers are done before the next round copies into it
     }
 #else
@@ -486,48 +368,27 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         __syncthreads();
         const int k0 = 16 * w;  // this warp's first key of the tile
         if (jt + k0 >= j1) continue;  // no live key of this warp here (warp-uniform)
-        dm_math<D, DV, KP, VP, NA>(ks, vs, jt, j1, k0, qa, o, m, l, softcap, lane);
+        dm_tile_math<D, DV, KP, VP>(ks, vs, jt, j1, k0, qa, o, m, l, softcap, lane);
     }
 #endif
     if (BW24_DEC_MMA_LATE_TRIGGER) PDL_TRIGGER();  // (every thread of the block passes here; a block that returned
                                                    // early counts as triggered)
-#if BW24_DEC_MMA_KM
-#pragma unroll
-    for (int h = 0; h < 2; ++h)  // head 2c + h's sum over its 8 lanes (the keys g, g + 8 of each)
-        for (int off = 4; off < 32; off <<= 1) l[h] += __shfl_xor_sync(FULL_MASK, l[h], off);
-#else
-    l[0] += __shfl_xor_sync(FULL_MASK, l[0], 1);
-    l[0] += __shfl_xor_sync(FULL_MASK, l[0], 2);
-#endif
+    l += __shfl_xor_sync(FULL_MASK, l, 1);
+    l += __shfl_xor_sync(FULL_MASK, l, 2);
 
     // merge the 4 warps (attn_chunk.cuh merge_block, attn_split's merge): their rows' O through the K tile's
     // shared memory
     __syncthreads();  // every warp is done with the tiles
     float* so = reinterpret_cast<float*>(&ks[0][0]);  // [DM_WARPS][G][DV] floats: <= 16 KB, within ks
     static_assert(DM_WARPS * G * DV * 4 <= DM_KT * KP * 2, "the merge fits in the K tile");
-#if BW24_DEC_MMA_KM
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        const int h = 2 * c + e;  // (lanes of one c hold the same m and l)
-        if (h < G) {
-            if (g == 0) { sm_m[w][h] = m[e]; sm_l[w][h] = l[e]; }
-#pragma unroll
-            for (int i = 0; i < NA; ++i) {
-                so[(w * G + h) * DV + 16 * i + g] = o[i][e];
-                so[(w * G + h) * DV + 16 * i + g + 8] = o[i][2 + e];
-            }
-        }
-    }
-#else
     if (g < G) {
-        if (c == 0) { sm_m[w][g] = m[0]; sm_l[w][g] = l[0]; }
+        if (c == 0) { sm_m[w][g] = m; sm_l[w][g] = l; }
 #pragma unroll
         for (int i = 0; i < NO; ++i) {
             so[(w * G + g) * DV + i * 8 + 2 * c] = o[i][0];
             so[(w * G + g) * DV + i * 8 + 2 * c + 1] = o[i][1];
         }
     }
-#endif
     __syncthreads();
     merge_block<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), G, (i64)t * H + hk * G,
                                  nsplit, s, single, lane, out, xq, xs, part_ml, part_acc);

@@ -779,6 +779,35 @@ def test_dequant_staged_planted_variant_compiles_and_the_switch_reaches_the_kern
     assert "no_deq_staged" in ops.opt_in()
 
 
+def test_prefill_overlap_is_the_default_refused_or_recorded_and_its_second_slot_planned(monkeypatch, helpers):
+    """BW24_PREFILL_OVERLAP (prefill's dequantization a chunk ahead on a side stream): on by default since the H100
+    run at 76809cf measured its VRAM beside llama.cpp; 0 turns it off and perf rows say no_prefill_overlap; another
+    value is an error naming the variable; the memory plan counts its SLOTS slots of PREFILL_SCRATCH, one without
+    it (prefill.chunk_slots' buffers)."""
+    from bw24.engine.ops.cuda import attn, memory
+    from bw24.engine.ops.cuda.backend import CudaOps
+    from bw24.engine.ops.cuda.overlap import SLOTS
+
+    assert CudaOps.prefill_overlap is True and CudaOps.prefill_overlap_env == "1"
+    helpers.env_switch_refuses(monkeypatch, "prefill_overlap_env", "BW24_PREFILL_OVERLAP")
+    ops = CudaOps.__new__(CudaOps)
+    assert "no_prefill_overlap" not in ops.opt_in()
+    planned = []
+    monkeypatch.setattr(memory, "plan", lambda f, cfg, n_ctx, mb, scratch, *a, **k: planned.append(scratch))
+    monkeypatch.setattr(memory, "used_bytes", lambda: 0)
+    monkeypatch.setattr(memory, "device_free", lambda: (1 << 40, 1 << 40))
+    monkeypatch.setattr(memory, "check_fit", lambda *a: None)
+    monkeypatch.setattr(attn, "plan_chunk", lambda *a: 128)
+    ops._activation_policy = ops._attention_policy = ops._norm_policy = lambda cfg: None
+    ops.qmv_configs, ops.kv_dtype, ops.logit_rows = SimpleNamespace(tuning=None), np.float16, None
+    cfg = SimpleNamespace(n_head_kv=8)
+    for on in (True, False):
+        ops.prefill_overlap = on
+        ops.prepare_model(None, cfg, n_ctx=64, max_batch=8)
+    assert SLOTS == 2 and planned == [SLOTS * prefill.PREFILL_SCRATCH, prefill.PREFILL_SCRATCH]
+    assert "no_prefill_overlap" in ops.opt_in()
+
+
 def test_moe_mm_kg_env_is_checked_and_recorded(monkeypatch, helpers):
     """BW24_MOE_MM_KG (the grouped MoE GEMMs' 32-column groups a stage): 4 by default (since 6e0baa5's run), 1 or 2
     taken and recorded in perf rows, anything else a clear error naming the variable."""

@@ -386,11 +386,6 @@ class CudaOps(Ops):
     # (BW24_ATTN_DEC_LATE=1; perf rows "attn_dec_late") until the H200 has timed it.
     attn_dec_late_env = os.environ.get("BW24_ATTN_DEC_LATE", "0")
     attn_dec_late = attn_dec_late_env == "1"
-    # The tensor-core attention with the keys as the mma's M dimension (attention_dec_mma.cu BW24_DEC_MMA_KM, why there:
-    # half the mma of the plain mapping, whose 16 rows hold at most 8 q heads). Opt-in (BW24_ATTN_DEC_KM=1; perf rows
-    # "attn_dec_km") until the H200 has timed it; not the plain mapping's bits (its row sums gather in another order).
-    attn_dec_km_env = os.environ.get("BW24_ATTN_DEC_KM", "0")
-    attn_dec_km = attn_dec_km_env == "1"
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -475,9 +470,13 @@ class CudaOps(Ops):
     # Prefill's dequantization on a side stream, a chunk ahead of the GEMMs, in two scratch slots (ops/cuda/overlap.py;
     # the same kernels and bits: kernel-check's "prefill gemm overlap == serial" cases, green on the H200 at 29169ce).
     # H200, 29169ce (perf_ab_h200_29169ce.log): the 8B's pp512 +2.7% (Q8_0) / +4.2% (Q4_K_M) alone, +3.1% / +1.7% on
-    # top of the staged stores. Opt-in (BW24_PREFILL_OVERLAP=1, perf rows "prefill_overlap") until its GPU test inside
-    # captured prefill graphs has run and its VRAM is measured: the second slot costs PREFILL_SCRATCH (64 MiB) more.
-    prefill_overlap = os.environ.get("BW24_PREFILL_OVERLAP", "0") == "1"
+    # top of the staged stores. H100, 76809cf (perf_ab_h100_76809cf.log, perf_h100_76809cf*.log): +4.6% (Q8_0) / +3.1%
+    # (Q4_K_M) alone; beside llama.cpp the Q8_0 / Q4_0 pp512 1.68x -> 1.72x and 1.71x -> 1.76x, peak VRAM +64 MiB (the
+    # second slot, PREFILL_SCRATCH; memory.plan counts it), within the VRAM target on both. Its GPU test inside captured
+    # prefill graphs and its canary passed on an H100 at 9205b3a and 76809cf. The default since then;
+    # BW24_PREFILL_OVERLAP=0 turns it off (perf rows "no_prefill_overlap").
+    prefill_overlap_env = os.environ.get("BW24_PREFILL_OVERLAP", "1")
+    prefill_overlap = prefill_overlap_env != "0"
     _overlap = None  # overlap.Overlap, made on first use
     _capture_serial = 0  # bumped by each capture: which recorded events a capture may wait on (overlap.py)
     # Prefill GEMM precision (ops/cuda/prefill.py): "fp16" (default) runs one fp16 GEMM for every weight, as
@@ -568,7 +567,6 @@ class CudaOps(Ops):
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("no_attn_dec_unroll", not self.attn_dec_unroll),
                                       ("attn_dec_late", self.attn_dec_late),
-                                      ("attn_dec_km", self.attn_dec_km),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
@@ -579,7 +577,7 @@ class CudaOps(Ops):
                                       ("no_moe_grouped", not self.moe_grouped),
                                       (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "4"),
                                       ("no_xh_regs", not self.xh_regs), ("no_deq_staged", not self.deq_staged),
-                                      ("prefill_overlap", self.prefill_overlap),
+                                      ("no_prefill_overlap", not self.prefill_overlap),
                                       ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
@@ -656,10 +654,10 @@ class CudaOps(Ops):
                  "whole", True),
                 ("BW24_ATTN_DEC_LATE", self.attn_dec_late_env, "the tensor-core attention's PDL trigger after its "
                  "tiles", False),
-                ("BW24_ATTN_DEC_KM", self.attn_dec_km_env, "the tensor-core attention with the keys as the mma's M "
-                 "dimension", False),
                 ("BW24_QMV8_EARLY", self.qmv8_early_env, "a decode q8 matvec's first weight group loaded before "
-                 "its PDL wait", True)):
+                 "its PDL wait", True),
+                ("BW24_PREFILL_OVERLAP", self.prefill_overlap_env, "prefill's dequantization a chunk ahead on a side "
+                 "stream", True)):
             _check_switch(var, value, on, default_on)
         if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
             raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
@@ -737,7 +735,6 @@ class CudaOps(Ops):
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
                    "planted_declate": (("BW24_PLANTED_DECLATE", 1),),
-                   "planted_deckm": (("BW24_PLANTED_DECKM", 1),),
                    "planted_qmv8late": (("BW24_PLANTED_QMV8LATE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
@@ -763,8 +760,6 @@ class CudaOps(Ops):
             defines += (("BW24_DEC_MMA_COPY_UNROLL", 0),)
         if self.attn_dec_late and file == "attention_dec_mma.cu":
             defines += (("BW24_DEC_MMA_LATE_TRIGGER", 1),)
-        if self.attn_dec_km and file == "attention_dec_mma.cu":
-            defines += (("BW24_DEC_MMA_KM", 1),)
         if not self.qmv8_early and file == "qmatvec_q8.cu":  # (qmatvec_q8.cu loads early by default, under PDL)
             defines += (("QMV8_EARLY", 0),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
@@ -1307,12 +1302,15 @@ class CudaOps(Ops):
         """Before any upload: check that the model fits in free VRAM (ModelDoesNotFitError if not) and
         open a progress bar in bytes for the uploads through the pinned staging buffer."""
         from . import memory
+        from .overlap import SLOTS
 
         self._activation_policy(cfg)
         self._attention_policy(cfg)
         self._norm_policy(cfg)
         self._mem_baseline = memory.used_bytes()
-        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, _prefill.PREFILL_SCRATCH,
+        # with the overlap a GEMM call's chunks take SLOTS slots of PREFILL_SCRATCH each (prefill.chunk_slots)
+        scratch = _prefill.PREFILL_SCRATCH * (SLOTS if self.prefill_overlap else 1)
+        self._mem_plan = memory.plan(f, cfg, n_ctx, max_batch, scratch,
                                      _attn.plan_chunk(self.qmv_configs.tuning, n_ctx, cfg.n_head_kv),
                                      kv_bytes=np.dtype(self.kv_dtype).itemsize,
                                      logit_rows=self.logit_rows)

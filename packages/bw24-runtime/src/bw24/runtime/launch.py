@@ -110,3 +110,22 @@ def allow_dynamic_shared(fn, nbytes: int) -> None:
 
     driver.funcSetAttribute(ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
     _DYN_SMEM[ptr] = int(nbytes)
+
+
+_CLUSTER: set[int] = set()  # function pointers allowed a non-portable cluster size
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h CUfunction_attribute
+PORTABLE_CLUSTER = 8  # the most blocks a cluster takes without opting in
+
+
+def allow_cluster(fn, size: int) -> None:
+    """Let fn (a cupy Function or RawKernel, built with __cluster_dims__ of `size` blocks) launch: past 8 blocks a
+    cluster is non-portable (sm_90 takes 16) and the kernel must opt in (cuFuncSetAttribute
+    NON_PORTABLE_CLUSTER_SIZE_ALLOWED) or its launch fails. Once a function; call it before a graph capture records
+    the launch."""
+    ptr = _fn_ptr(fn)
+    if size <= PORTABLE_CLUSTER or ptr in _CLUSTER:
+        return
+    from cupy_backends.cuda.api import driver
+
+    driver.funcSetAttribute(ptr, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    _CLUSTER.add(ptr)

@@ -950,7 +950,8 @@ def test_dec_late_is_opt_in_refused_or_recorded_and_built_into_the_tensor_core_a
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_dec_cluster_is_opt_in_refused_or_recorded_built_and_launched_as_one_cluster_of_splits(tmp_path, monkeypatch):
+def test_dec_cluster_is_opt_in_refused_or_recorded_built_and_launched_as_one_cluster_of_splits(tmp_path, monkeypatch,
+                                                                                                helpers):
     """BW24_ATTN_DEC_CLUSTER (attn_dec_mma's rows combined across a cluster of their splits): 0 (off) by default, 16 or
     8 taken and recorded in perf rows (attn_dec_cluster_N), another value an error naming the variable; its define and
     the canary's macro reach attention_dec_mma.cu alone; the models' instances compile with it (16 and 8, through the
@@ -966,11 +967,7 @@ def test_dec_cluster_is_opt_in_refused_or_recorded_built_and_launched_as_one_clu
     from bw24.runtime import compile_cubin
 
     assert CudaOps.attn_dec_cluster == 0 and CudaOps.attn_dec_cluster_env == "0"
-    for bad in ("1", "4", "32", "on", ""):
-        monkeypatch.setattr(CudaOps, "attn_dec_cluster_env", bad)
-        with pytest.raises(ValueError, match=f"BW24_ATTN_DEC_CLUSTER='{bad}'"):
-            CudaOps()
-    monkeypatch.undo()
+    helpers.env_switch_refuses(monkeypatch, "attn_dec_cluster_env", "BW24_ATTN_DEC_CLUSTER", ("1", "4", "32", "on", ""))
     ops = CudaOps.__new__(CudaOps)
     ops.pdl, ops.variant, ops.attn_dec_pipe = True, "planted_deccl", True
     assert not any(o.startswith("attn_dec_cluster") for o in CudaOps.opt_in(ops))
@@ -1091,9 +1088,11 @@ def test_default_switches_refused_or_recorded_and_built_for_their_file_alone(sw,
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
+def test_dynamic_shared_memory_past_48_kb_and_clusters_past_8_blocks_are_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
-    (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""
+    (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size. allow_cluster
+    (BW24_ATTN_DEC_CLUSTER's kernels): nothing up to 8 blocks (portable); past it NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    (14 in cuda.h) once a function."""
     from types import SimpleNamespace
 
     from bw24.runtime import launch
@@ -1111,24 +1110,12 @@ def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     assert calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 69632)]
     launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
-
-
-def test_a_cluster_past_8_blocks_is_opted_in_once(monkeypatch):
-    """bw24.runtime.launch.allow_cluster (BW24_ATTN_DEC_CLUSTER's kernels): nothing to do up to 8 blocks (portable);
-    past it cuFuncSetAttribute NON_PORTABLE_CLUSTER_SIZE_ALLOWED (14 in cuda.h) once a function."""
-    from types import SimpleNamespace
-
-    from bw24.runtime import launch
-    from cupy_backends.cuda.api import driver
-
-    calls: list[tuple] = []
-    monkeypatch.setattr(driver, "funcSetAttribute", lambda *a: calls.append(a), raising=False)
+    calls.clear()
     monkeypatch.setattr(launch, "_CLUSTER", set())
-    fn = SimpleNamespace(ptr=4321)
-    launch.allow_cluster(fn, 8)
+    launch.allow_cluster(SimpleNamespace(ptr=4321), 8)
     assert calls == []
-    launch.allow_cluster(fn, 16)
-    launch.allow_cluster(fn, 16)
+    launch.allow_cluster(SimpleNamespace(ptr=4321), 16)
+    launch.allow_cluster(SimpleNamespace(ptr=4321), 16)
     assert calls == [(4321, 14, 1)] and launch.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED == 14
 
 

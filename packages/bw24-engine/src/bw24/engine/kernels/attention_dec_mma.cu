@@ -336,20 +336,7 @@ __device__ __forceinline__ void dm_cluster_merge(const float (*sm_m)[G], const f
                                                  float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs) {
     __shared__ float cl_ml[G][2], cl_f[DM_WARPS][G];
     if (mine) {  // (block-uniform)
-        for (int g = threadIdx.x; g < G; g += DM_WARPS * 32) {
-            float M = -INFINITY;
-#pragma unroll
-            for (int u = 0; u < DM_WARPS; ++u) M = fmaxf(M, sm_m[u][g]);
-            float L = 0.f;
-#pragma unroll
-            for (int u = 0; u < DM_WARPS; ++u) {
-                const float f = sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
-                cl_f[u][g] = f;
-                L += sm_l[u][g] * f;
-            }
-            cl_ml[g][0] = M;  // finite: a split with keys has a warp with keys
-            cl_ml[g][1] = L;
-        }
+        merge_factors<DM_WARPS, G>(sm_m, sm_l, G, cl_f, cl_ml);  // (M finite: a split with keys has a warp with keys)
         __syncthreads();
         for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32) {
             const int g = i / DV;

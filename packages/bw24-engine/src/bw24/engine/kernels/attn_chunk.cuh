@@ -79,13 +79,12 @@ __device__ __forceinline__ void merge_warps_store(const float (*sm_m)[GH], const
 
 // The whole merge of a block's WARPS warps for its gc heads (h0: the row index t * H + the block's first head),
 // called by every thread of the block after the barrier that publishes sm_m, sm_l and acc.
-template <int WARPS, int GH, int DVH>
-__device__ __forceinline__ void merge_block(const float (*sm_m)[GH], const float (*sm_l)[GH], const float (*acc)[GH][DVH],
-                                            int gc, i64 h0, int nsplit, int s, bool single, int lane,
-                                            float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs,
-                                            float* __restrict__ part_ml, float* __restrict__ part_acc) {
-#if BW24_ATTN_MERGE_FACTORS
-    __shared__ float sm_f[WARPS][GH], sm_ML[GH][2];
+// Each of the gc heads' M = max_u m_u, factors f_u = e^(m_u - M) and L = sum_u l_u f_u over the WARPS warps, one
+// thread a head, into f [WARPS][GH] and ML [GH][2] (BW24_ATTN_MERGE_FACTORS' merge_block; attention_dec_mma.cu's
+// cluster merge). The caller syncs before reading them.
+template <int WARPS, int GH>
+__device__ __forceinline__ void merge_factors(const float (*sm_m)[GH], const float (*sm_l)[GH], int gc, float (*f)[GH],
+                                              float (*ML)[2]) {
     for (int g = threadIdx.x; g < gc; g += WARPS * 32) {
         float M = -INFINITY;
 #pragma unroll
@@ -94,16 +93,26 @@ __device__ __forceinline__ void merge_block(const float (*sm_m)[GH], const float
 #pragma unroll
         for (int u = 0; u < WARPS; ++u) {
 #ifdef BW24_PLANTED_MERGEF  // kernel_check canary: the last warp's keys left out of the merge
-            const float f = u == WARPS - 1 || sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
+            const float fu = u == WARPS - 1 || sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
 #else
-            const float f = sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
+            const float fu = sm_m[u][g] == -INFINITY ? 0.f : expf(sm_m[u][g] - M);
 #endif
-            sm_f[u][g] = f;
-            L += sm_l[u][g] * f;
+            f[u][g] = fu;
+            L += sm_l[u][g] * fu;
         }
-        sm_ML[g][0] = M;
-        sm_ML[g][1] = L;
+        ML[g][0] = M;
+        ML[g][1] = L;
     }
+}
+
+template <int WARPS, int GH, int DVH>
+__device__ __forceinline__ void merge_block(const float (*sm_m)[GH], const float (*sm_l)[GH], const float (*acc)[GH][DVH],
+                                            int gc, i64 h0, int nsplit, int s, bool single, int lane,
+                                            float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs,
+                                            float* __restrict__ part_ml, float* __restrict__ part_acc) {
+#if BW24_ATTN_MERGE_FACTORS
+    __shared__ float sm_f[WARPS][GH], sm_ML[GH][2];
+    merge_factors<WARPS, GH>(sm_m, sm_l, gc, sm_f, sm_ML);
     __syncthreads();
     for (int i = threadIdx.x; i < gc * DVH; i += WARPS * 32) {
         const int g = i / DVH, d = i % DVH;

@@ -354,15 +354,17 @@ __device__ __forceinline__ void dm_cluster_merge(const float (*sm_m)[G], const f
 #endif
     for (int q = s * DM_WARPS + w; q < G * DV / 32; q += CL * DM_WARPS) {  // (warp-uniform: a whole 32-dim group)
         const int g = q / (DV / 32), d = (q % (DV / 32)) * 32 + lane;
-        float M = -INFINITY;
+        float mr[CL], M = -INFINITY;  // each live split's M, loaded once from its block
 #pragma unroll
-        for (int r = 0; r < CL; ++r)
-            if (r < used) M = fmaxf(M, dm_cluster_ld(dm_cluster_addr(&cl_ml[g][0], r)));
+        for (int r = 0; r < CL; ++r) {
+            mr[r] = r < used ? dm_cluster_ld(dm_cluster_addr(&cl_ml[g][0], r)) : -INFINITY;
+            M = fmaxf(M, mr[r]);
+        }
         float L = 0.f, A = 0.f;
 #pragma unroll
         for (int r = 0; r < CL; ++r)
             if (r < used) {
-                const float f = expf(dm_cluster_ld(dm_cluster_addr(&cl_ml[g][0], r)) - M);
+                const float f = expf(mr[r] - M);
                 L += dm_cluster_ld(dm_cluster_addr(&cl_ml[g][1], r)) * f;
                 A += dm_cluster_ld(dm_cluster_addr(&cla[g * DV + d], r)) * f;
             }

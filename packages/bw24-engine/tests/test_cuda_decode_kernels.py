@@ -1100,7 +1100,7 @@ def test_dynamic_shared_memory_past_48_kb_and_clusters_past_8_blocks_are_opted_i
 
     calls: list[tuple] = []
     monkeypatch.setattr(driver, "funcSetAttribute", lambda *a: calls.append(a), raising=False)
-    monkeypatch.setattr(launch, "_DYN_SMEM", {})
+    monkeypatch.setattr(launch, "_ALLOWED", {})
     fn = SimpleNamespace(ptr=1234)
     launch.allow_dynamic_shared(fn, 48 * 1024)
     assert calls == []
@@ -1111,12 +1111,13 @@ def test_dynamic_shared_memory_past_48_kb_and_clusters_past_8_blocks_are_opted_i
     launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
     calls.clear()
-    monkeypatch.setattr(launch, "_CLUSTER", set())
     launch.allow_cluster(SimpleNamespace(ptr=4321), 8)
     assert calls == []
     launch.allow_cluster(SimpleNamespace(ptr=4321), 16)
     launch.allow_cluster(SimpleNamespace(ptr=4321), 16)
-    assert calls == [(4321, 14, 1)] and launch.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED == 14
+    launch.allow_cluster(fn, 16)  # the same function's other attribute is its own
+    assert calls == [(4321, 14, 1), (1234, 14, 1)] and launch.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED == 14
+    assert launch.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES == driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 def test_qmv8_loads_is_checked_recorded_and_given_per_decode_launch(monkeypatch, tmp_path):

@@ -95,37 +95,34 @@ def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {rc}")
 
 
-_DYN_SMEM: dict[int, int] = {}  # function pointer -> the dynamic shared memory it was allowed
+_ALLOWED: dict[tuple[int, int], int] = {}  # (function pointer, CUfunction_attribute) -> the value it was set to
 SMEM_DEFAULT_LIMIT = 48 * 1024  # what a kernel may take without opting in
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # cuda.h CUfunction_attribute
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+PORTABLE_CLUSTER = 8  # the most blocks a cluster takes without opting in
+
+
+def _raise_attribute(fn, attribute: int, value: int) -> None:
+    """fn's CUfunction attribute raised to value, once a function (a later call asking no more is free): both opt-ins
+    below are such attributes, and must be set before a graph capture records the launch."""
+    ptr = _fn_ptr(fn)
+    if _ALLOWED.get((ptr, attribute), 0) >= value:
+        return
+    from cupy_backends.cuda.api import driver
+
+    driver.funcSetAttribute(ptr, attribute, int(value))
+    _ALLOWED[(ptr, attribute)] = int(value)
 
 
 def allow_dynamic_shared(fn, nbytes: int) -> None:
     """Let fn (a cupy Function or RawKernel) launch with nbytes of dynamic shared memory: past 48 KB a kernel must
-    opt in (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES) or its launch fails. Once a function and size; call
-    it before a graph capture records the launch."""
-    ptr = _fn_ptr(fn)
-    if nbytes <= SMEM_DEFAULT_LIMIT or _DYN_SMEM.get(ptr, 0) >= nbytes:
-        return
-    from cupy_backends.cuda.api import driver
-
-    driver.funcSetAttribute(ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
-    _DYN_SMEM[ptr] = int(nbytes)
-
-
-_CLUSTER: set[int] = set()  # function pointers allowed a non-portable cluster size
-CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h CUfunction_attribute
-PORTABLE_CLUSTER = 8  # the most blocks a cluster takes without opting in
+    opt in (MAX_DYNAMIC_SHARED_SIZE_BYTES) or its launch fails."""
+    if nbytes > SMEM_DEFAULT_LIMIT:
+        _raise_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
 
 def allow_cluster(fn, size: int) -> None:
-    """Let fn (a cupy Function or RawKernel, built with __cluster_dims__ of `size` blocks) launch: past 8 blocks a
-    cluster is non-portable (sm_90 takes 16) and the kernel must opt in (cuFuncSetAttribute
-    NON_PORTABLE_CLUSTER_SIZE_ALLOWED) or its launch fails. Once a function; call it before a graph capture records
-    the launch."""
-    ptr = _fn_ptr(fn)
-    if size <= PORTABLE_CLUSTER or ptr in _CLUSTER:
-        return
-    from cupy_backends.cuda.api import driver
-
-    driver.funcSetAttribute(ptr, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-    _CLUSTER.add(ptr)
+    """Let fn (built with __cluster_dims__ of `size` blocks) launch: past 8 blocks a cluster is non-portable (sm_90
+    takes 16) and the kernel must opt in (NON_PORTABLE_CLUSTER_SIZE_ALLOWED) or its launch fails."""
+    if size > PORTABLE_CLUSTER:
+        _raise_attribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)

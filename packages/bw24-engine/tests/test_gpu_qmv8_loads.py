@@ -47,7 +47,7 @@ def test_the_candidate_file_is_a_table_the_engine_reads(sweep, tmp_path, monkeyp
     assert path == tmp_path / "table" / "nvidia-h200-sm90.json"
     new = QmvConfigs(load_tuning(path.parent, "nvidia-h200-sm90"))
     old = QmvConfigs(load_tuning(TUNING_DIR, "nvidia-h200-sm90"))
-    assert new.plan(Q.Q4_K, 4096, 4096)[1:] == (2, 2) and old.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 4)
+    assert new.plan(Q.Q4_K, 4096, 4096)[1:] == (2, 2) and old.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 8)
     assert new.plan(Q.Q8_0, 4096, 12288)[1:] == (1, 2) and new.loads(Q.Q8_0, 4096, 12288) == 4
     assert new.plan(Q.Q6_K, 5120, 25600) == old.plan(Q.Q6_K, 5120, 25600)  # not rewritten: as committed
     assert new.loads(Q.Q4_K, 4096, 12288) == old.loads(Q.Q4_K, 4096, 12288) == 8

@@ -50,3 +50,21 @@ def test_the_main_verdict_is_red_when_a_case_raised(monkeypatch):
         lines: list[str] = []
         assert kernel_check.main(seed=1, out=lines.append) == rc
         assert (lines[-1].startswith("FAIL: 1 of 2 cases") if rc else lines[-1] == kernel_check.GREEN), lines[-1]
+
+
+def test_the_launch_counting_spy_passes_keyword_arguments_on():
+    """kernel_cases_q8.count_launches wraps CudaOps._launch: it must pass a launch's keyword arguments on. At 11bfbd6
+    the H200's kernel-check turned the two prefill `norm_matmul_multi` cases red (TypeError: the spy took no
+    `stream=`, which the prefill overlap, the default since 76809cf, gives its launches on the side stream)."""
+    from bw24.engine.kernel_cases_q8 import count_launches
+
+    seen: list = []
+    cu = SimpleNamespace(_launch=lambda f, *a, stream=None: seen.append((f, a, stream)))
+
+    def two():
+        cu._launch("k1", 1, 2)
+        cu._launch("k2", 3, stream="side")
+
+    assert count_launches(cu, two) == 2
+    assert seen == [("k1", (1, 2), None), ("k2", (3,), "side")]
+    assert cu._launch("k3") is None and seen[-1] == ("k3", (), None)  # the original is back

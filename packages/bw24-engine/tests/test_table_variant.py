@@ -26,28 +26,29 @@ def test_a_change_parses_and_a_bad_one_is_named(tv):
 
 
 def test_the_variant_is_a_table_the_engine_reads_with_only_the_named_entries_changed(tv, tmp_path):
-    """The 8B's output projection and fused Q/K/V at 8 rows a block (one wave on 132 SMs): those two plans change,
-    the shape the table lacked starts from its type's default, every other entry is the committed one. Canary: the
-    committed table itself still plans 4 rows for them."""
+    """The 8B's output projection back at 2 rows a block and its fused Q/K/V at 8 (one wave on 132 SMs): those two
+    plans change, the shape the table lacked starts from its type's default, every other entry is the committed one.
+    Canary: the committed table itself still plans its own rows for them (8 for the output projection since
+    11bfbd6's run, 2 for Q/K/V)."""
     from bw24.engine.ops.cuda.launch import TUNING_DIR, QmvConfigs
     from bw24.runtime import load_tuning
     from gguf.constants import GGMLQuantizationType as Q
 
     base = tv.committed_table(H200)
-    changes = [tv.parse_change(s) for s in ("Q4_K:4096x4096:rows=8", "Q4_K:6144x4096:rows=8",
+    changes = [tv.parse_change(s) for s in ("Q4_K:4096x4096:rows=2", "Q4_K:6144x4096:rows=8",
                                             "Q8_0:7x9:warps=2")]
     path = tv.write_variant(tmp_path, tv.make_variant(base, changes, "a test"))
     assert path == tmp_path / "nvidia-h200-sm90.json"
     new = QmvConfigs(load_tuning(tmp_path, "nvidia-h200-sm90"))
     old = QmvConfigs(load_tuning(TUNING_DIR, "nvidia-h200-sm90"))
-    assert old.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 4) and new.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 8)
+    assert old.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 8) and new.plan(Q.Q4_K, 4096, 4096)[1:] == (4, 2)
     assert old.plan(Q.Q4_K, 6144, 4096)[1:] == (2, 4) and new.plan(Q.Q4_K, 6144, 4096)[1:] == (2, 8)
     for qt, n, k in ((Q.Q4_K, 24576, 4096), (Q.Q6_K, 4096, 12288), (Q.Q8_0, 4096, 4096)):
         assert new.plan(qt, n, k) == old.plan(qt, n, k) and new.loads(qt, n, k) == old.loads(qt, n, k)
     data = json.loads(path.read_text())
     assert data["qmatvec"]["Q8_0"]["shapes"]["7x9"] == {**base["qmatvec"]["Q8_0"]["default"], "warps": 2}
-    assert data["provenance"]["variant"]["entries"]["Q4_K 4096x4096"] == {"before": {"rows": 4, "warps": 4},
-                                                                        "after": {"rows": 8, "warps": 4}}
+    assert data["provenance"]["variant"]["entries"]["Q4_K 4096x4096"] == {"before": {"rows": 8, "warps": 4},
+                                                                        "after": {"rows": 2, "warps": 4}}
     base["provenance"].pop("variant", None)
     assert {k: v for k, v in data["provenance"].items() if k != "variant"} == base["provenance"]
 
@@ -65,10 +66,10 @@ def test_an_unknown_type_or_an_unreadable_result_is_refused(tv, tmp_path):
 
 
 def test_the_command_writes_the_file_or_exits_2_naming_the_problem(tv, tmp_path, capsys):
-    assert tv.main([str(tmp_path / "a"), "Q4_K:4096x4096:rows=8", "--note", "one wave", "--key", H200]) == 0
+    assert tv.main([str(tmp_path / "a"), "Q4_K:4096x4096:rows=4", "--note", "two waves", "--key", H200]) == 0
     assert json.loads((tmp_path / "a" / "nvidia-h200-sm90.json").read_text())["provenance"]["variant"]["note"] == \
-        "one wave"
-    assert "rows': 4" in capsys.readouterr().out
+        "two waves"
+    assert "{'rows': 8, 'warps': 4} -> {'rows': 4, 'warps': 4}" in capsys.readouterr().out
     assert tv.main([str(tmp_path / "b"), "Q4_K:4096x4096:rows=5", "--key", H200]) == 2
     assert "rows=5" in capsys.readouterr().err and not (tmp_path / "b").exists()
 

@@ -224,7 +224,7 @@ def count_launches(cu, fn) -> int:
     """How many kernel launches fn() makes on cu (a fused producer's consumer must make exactly one)."""
     launches = []
     orig = cu._launch
-    cu._launch = lambda f, *a: (launches.append(f), orig(f, *a))
+    cu._launch = lambda f, *a, **kw: (launches.append(f), orig(f, *a, **kw))  # (kw: the overlap's stream=)
     try:
         fn()
     finally:

@@ -22,6 +22,7 @@
 #         wait NAME [SECS [LINES]] (hold the machine until chain NAME is done, then show and pack)
 #         bg NAME 'STAGE ARGS; STAGE ARGS...' | bg NAME @FILE (a detached chain of stages, one GPU chain at a time through
 #         flock /tmp/gpu.lock, so piece calls can stream models in meanwhile) | show [N] (tails of the chains)
+#         | stop NAME (end chain NAME and the stage it runs, its process group, before a stage of a call's own)
 set -uo pipefail
 SHA=$1; STAGE=$2; shift 2
 export PYTHONPATH=/tmp/site:$(ls -d $PWD/packages/*/src | paste -sd:) PYTHONUNBUFFERED=1 BW24_GIT=$SHA
@@ -218,7 +219,13 @@ PY
     IFS=';' read -ra parts <<< "$list"
     for st in "${parts[@]}"; do chain+="echo \"== \$(date -u +%T) $st\"; bash $B/h200_session.sh $SHA $st; "; done
     setsid nohup flock /tmp/gpu.lock bash -c "$chain echo \"== \$(date -u +%T) done\"" > $R/bg_$name.out 2>&1 < /dev/null &
+    echo $! > $R/bg_$name.pid  # (setsid: the chain's own process group, which `stop` ends whole)
     echo "bg $name started from $W: $list" ;;
+  stop)  # stop NAME: end chain NAME and the stage it runs (its process group), so that a call can run a stage of its
+    # own. Why not pkill: at 11bfbd6 a pattern matched the calling command's own text, `idle` waited on it, and 330 s
+    # of the session's device time went to nothing
+    kill -- -"$(cat $R/bg_$1.pid)" 2>/dev/null; sleep 2; echo "== $(date -u +%T) stopped" >> $R/bg_$1.out
+    echo "stopped $1" ;;
   par)  # par STAGE ARGS [, STAGE ARGS]... [+ STAGE ARGS [, ...]]...: the '+'-separated sub-chains at once, each
     # its ','-separated stages in order, then wait for all. The contract's kernel-check (4.2 min at 370d098)
     # beside the gates + GPU pytest (4.0): separate logs, the kernel cache written atomically (os.replace)

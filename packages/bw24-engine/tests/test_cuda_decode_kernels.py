@@ -1051,7 +1051,7 @@ DEFAULT_SWITCHES = (
      ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1}, {"BW24_PDL": 1},
       {"BW24_PDL": 1, "BW24_DEC_MMA_COPY_UNROLL": 0}, {"BW24_PDL": 1, "BW24_PLANTED_DECUNROLL": 1})),
     ("qmv8_early", "BW24_QMV8_EARLY", "QMV8_EARLY", "qmatvec_q8.cu", "qmatvec.cu", "planted_qmv8late",
-     "BW24_PLANTED_QMV8LATE", ("qmv8<3,4,8,1>", "qmv8<7,2,4,1>", "qmv8_na<7,2,4,1>", "qmv8<9,1,4,5>", "qmv8<3,4,4,16>"),
+     "BW24_PLANTED_QMV8LATE", ("qmv8<3,4,8,1>", "qmv8<7,2,4,1>", "qmv8_na<7,2,4,1>"),
      ({"BW24_PDL": 1}, {"BW24_PDL": 1, "QMV8_EARLY": 0}, {"BW24_PDL": 1, "QMV8_EARLY": 0, "BW24_PLANTED_QMV8LATE": 1},
       {"BW24_PDL": 1, "QMV8_EARLY": 0, "QMV8_DECODE_LOADS": 8})),
 )

@@ -173,10 +173,10 @@ def test_attention_dec_cluster_cases_green_and_a_dropped_split_red():
 
 
 def test_q8_decode_late_cases_green_and_a_dropped_first_group_red():
-    """BW24_QMV8_EARLY=0's cases (a q8 matvec's first weight group loaded after the PDL wait: the early loads' bits,
-    decode alone, batched and in a multi launch, and verify launches of 4, 5 and 12 rows) are green; the planted late
-    loop that starts at the second group turns all 8 red."""
-    _green_then_red(103, "late == early bitwise", "planted_qmv8late", "late == early bitwise", 8)
+    """BW24_QMV8_EARLY=0's cases (a decode q8 matvec's first weight group loaded after the PDL wait: the early loads'
+    bits, alone, batched and in a multi launch) are green; the planted late loop that starts at the second group
+    turns all 4 red."""
+    _green_then_red(103, "q8 decode late", "planted_qmv8late", "q8 decode late == early", 4)
 
 
 def test_moe_router_norm_cases_green_and_an_unwritten_share_red():

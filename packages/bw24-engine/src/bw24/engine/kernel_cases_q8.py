@@ -143,28 +143,27 @@ def decode_verify_case(qt, cfg, multi: bool = False, rows: int | None = None) ->
     return run
 
 
-def decode_loads_case(qt, cfg, value, multi: bool = False, attr: str = "qmv8_loads", tokens: int = 1) -> Case:
+def decode_loads_case(qt, cfg, value, multi: bool = False, attr: str = "qmv8_loads") -> Case:
     """Decode (T = 1) q8 launches with BW24_QMV8_LOADS=value (CudaOps.qmv8_loads: each thread's weight loads issued
     in batches of max(1, value / R) groups, kernels/qmatvec_q8.cu) give the default loop's bits, row for row; and,
     those being equal, they are held to the float64 reference (so a planted bug in both still turns the case red).
     K = 4352 (136 groups): one warp's lanes walk 4-5 groups each, the last batch cut short. attr: another CudaOps
-    setting of the launch set to value instead (qmv8_early False: the first group loaded after the PDL wait).
-    tokens > 1: one verify launch of that many rows instead of three decode launches."""
+    setting of the decode launch set to value instead (qmv8_early False: the first group loaded after the PDL
+    wait)."""
     def run(name, ref, cu, rng):
         n, k = 67, 4352
         tis = [_weight(qt, n + 13 * i, k, rng, f"{name}.{i}") for i in range(2 if multi else 1)]
         ws = [cu.load_weight(t) for t in tis]
-        x = _x(rng, max(3, tokens), k)
-        step = 1 if tokens == 1 else len(x)
+        x = _x(rng, 3, k)
 
         def rows():
             got = []
-            for t in range(0, len(x), step):
-                outs = [cu.zeros((step, w.n)) for w in ws]
+            for t in range(len(x)):
+                outs = [cu.zeros((1, w.n)) for w in ws]
                 if multi:
-                    cu.matmul_multi(ws, _dev(cu, x[t:t + step]), outs=outs)
+                    cu.matmul_multi(ws, _dev(cu, x[t:t + 1]), outs=outs)
                 else:
-                    cu.matmul(ws[0], _dev(cu, x[t:t + step]), out=outs[0])
+                    cu.matmul(ws[0], _dev(cu, x[t:t + 1]), out=outs[0])
                 got.append(np.concatenate([cu.to_host(o) for o in outs], axis=1))
             return np.concatenate(got)
 
@@ -521,16 +520,13 @@ def cases() -> Iterator[tuple[str, Case]]:
         yield f"q8 decode loads={loads:<2} bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}{' multi' if multi else ''}", \
             decode_loads_case(qt, cfg, loads, multi)
     # BW24_QMV8_EARLY=0: the first weight group loaded after the PDL wait, at the table's (W, R) for the 8B's Q8_0 and
-    # Q4_K shapes and a one-row block, alone, batched (loads 8) and in a multi launch; then verify launches (the MTP
-    # round's 4 rows, a draft = target round's 5, the 16-token bucket); the planted_qmv8late canary (the late loads
-    # start at the second group) turns all 8 red
-    for qt, cfg, loads, multi, T in ((Q.Q8_0, (4, 8), None, False, 1), (Q.Q8_0, (1, 2), 8, False, 1),
-                                     (Q.Q4_K, (2, 4), None, True, 1), (Q.Q6_K, (1, 1), None, False, 1),
-                                     (Q.Q4_K, (2, 4), None, True, 4), (Q.Q6_K, (1, 4), None, False, 5),
-                                     (Q.Q4_K, (4, 4), None, False, 5), (Q.Q8_0, (4, 8), None, False, 12)):
-        case = decode_loads_case(qt, cfg, False, multi, attr="qmv8_early", tokens=T)
-        yield (f"q8 {'decode' if T == 1 else f'verify T={T}'} late == early bitwise {qt.name:<5} K=4352 W={cfg[0]} "
-               f"R={cfg[1]}{f' loads={loads}' if loads else ''}{' multi' if multi else ''}"), \
+    # Q4_K shapes and a one-row block, alone, batched (loads 8) and in a multi launch; the planted_qmv8late canary (the
+    # late loads start at the second group) turns all 4 red
+    for qt, cfg, loads, multi in ((Q.Q8_0, (4, 8), None, False), (Q.Q8_0, (1, 2), 8, False),
+                                  (Q.Q4_K, (2, 4), None, True), (Q.Q6_K, (1, 1), None, False)):
+        case = decode_loads_case(qt, cfg, False, multi, attr="qmv8_early")
+        yield (f"q8 decode late == early bitwise {qt.name:<5} K=4352 W={cfg[0]} R={cfg[1]}"
+               f"{f' loads={loads}' if loads else ''}{' multi' if multi else ''}"), \
             with_setting("qmv8_loads", "BW24_QMV8_LOADS forced for the case.", loads)(case) if loads else case
     # rows per block of the verify do not change a row's bits, whatever a sweep or table picks
     for qt, rows in ((Q.Q4_K, 8), (Q.Q6_K, 16), (Q.Q8_0, 1), (Q.Q5_K, 2)):

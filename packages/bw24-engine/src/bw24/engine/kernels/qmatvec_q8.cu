@@ -104,25 +104,6 @@ constexpr int verify_unroll() { return QMV8_VERIFY_UNROLL > 0 ? QMV8_VERIFY_UNRO
 template <int R>
 constexpr int decode_batch() { return QMV8_DECODE_LOADS / R > 1 ? QMV8_DECODE_LOADS / R : 1; }
 
-// Verify (NT tokens): group g of R rows, each row's codes unpacked once, then every token's activations meet all R
-// rows, acc[r][t] += dot. NT <= QMV8_NT_EXACT is launched with T == NT; the 16 bucket skips t >= T.
-template <int FMT, int R, int NT>
-__device__ __forceinline__ void qmv8_groupT(const GRaw<FMT> (&raw)[R], const i8* __restrict__ xq,
-                                            const int2* __restrict__ xs, int K, int T, int g, float (&acc)[R][NT]) {
-    GCodes cd[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) unpack_codes<FMT>(raw[r], cd[r]);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (NT <= QMV8_NT_EXACT || t < T) {
-            XQ xg;
-            load_xq(xq, xs, t, K, g, xg);
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[r][t] += codes_dot_q8<FMT>(cd[r], raw[r], xg);
-        }
-    }
-}
-
 // The RMSNorm factor of a norm-ahead row (qmv8_na, qmv8_3n): ss holds the row's G per-group sums of squares; lane l
 // sums groups l, l + 32, ... in order (zeros past G), then the xor butterfly gives every lane the same bits;
 // rsqrt(mean + eps) as rms_row.cuh. Loads and sum are apart so that a decode block issues the loads right after its
@@ -211,31 +192,26 @@ __device__ __forceinline__ void qmv8_rows(const Planes& p, const i8* __restrict_
         }
 #endif
     } else {  // verify: unpack each row's codes once, then every token's activations meet all R rows
-#if defined(BW24_PDL) && QMV8_EARLY
-        // As decode's: the first group's weights load before the wait (no kernel writes them). Why here too: without
-        // it a verify gained nothing from PDL while decode did (the 8B's 5-token verify 1.33 decode steps under
-        // BW24_PDL=0, 1.5-1.6 under PDL; docs/h200-log.md). The same dots in the same order: the same bits.
-        {
-            GRaw<FMT> first[R];
-            if (tid < G_END) load_rows<FMT, R>(p, row0, N, tid, K, first);
-            PDL_WAIT();
-            if (tid < G_END) qmv8_groupT<FMT, R, NT>(first, xq, xs, K, T, tid, acc);
-        }
-        const int g0 = tid + 32 * W;
-#else
+        // (Its first group loaded before the PDL wait, as decode's, was level: draft = target's 5-token verify of the
+        // 8B 3.44 ms against 3.47, H200 at 11bfbd6, docs/h200-log.md; removed.)
         PDL_WAIT();
-#ifdef BW24_PLANTED_QMV8LATE  // kernel_check canary: the late loads start at the second group, the first dropped
-        const int g0 = tid + 32 * W;
-#else
-        const int g0 = tid;
-#endif
-#endif
         constexpr int U = verify_unroll<W>();  // (#pragma unroll takes a constant, not a macro)
 #pragma unroll U
-        for (int g = g0; g < G_END; g += 32 * W) {
+        for (int g = tid; g < G_END; g += 32 * W) {
             GRaw<FMT> raw[R];
+            GCodes cd[R];
             load_rows<FMT, R>(p, row0, N, g, K, raw);
-            qmv8_groupT<FMT, R, NT>(raw, xq, xs, K, T, g, acc);
+#pragma unroll
+            for (int r = 0; r < R; ++r) unpack_codes<FMT>(raw[r], cd[r]);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (NT <= QMV8_NT_EXACT || t < T) {  // NT <= 8 is launched with T == NT; the 16 bucket skips t >= T
+                    XQ xg;
+                    load_xq(xq, xs, t, K, g, xg);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r][t] += codes_dot_q8<FMT>(cd[r], raw[r], xg);
+                }
+            }
         }
     }
     if constexpr (NA) {  // the row's RMSNorm factor on every partial (the same factor in every thread)

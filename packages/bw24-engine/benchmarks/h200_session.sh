@@ -242,7 +242,7 @@ PY
     for p in "${pids[@]}"; do wait "$p"; done ;;
   wait)  # hold the machine (a call in flight) until chain NAME is done or SECS pass; then show, pack
     end=$((SECONDS + ${2:-280}))
-    while [ $SECONDS -lt $end ] && ! grep -q "== [0-9:]* done$" $R/bg_$1.out 2>/dev/null; do sleep 5; done
+    while [ $SECONDS -lt $end ] && ! grep -qE "== [0-9:]* (done|stopped)$" $R/bg_$1.out 2>/dev/null; do sleep 5; done
     tail -n "${3:-12}" $R/bg_$1.out | cut -c1-180; tar czf $OUT/r.tgz -C /tmp/r . ;;
   show) for f in $R/bg_*.out; do echo "== $f"; tail -n "${1:-8}" "$f" | cut -c1-180; done ;;
   pack) tar czf $OUT/r.tgz -C /tmp/r . && ls -la $OUT ;;

@@ -143,12 +143,15 @@ def test_broken_kernel_fails_the_compile_stage(cache, tmp_path, monkeypatch):
 
 def test_stage_latency_benchmark_kernel_compiles(cache):
     """benchmarks/stage_latency.cu (gpu_stage_latency.py: graph of kernels vs a persistent kernel's grid
-    barrier) compiles for sm_90a; its timing needs the GPU."""
+    barrier, empty and with a matvec's work) compiles for sm_90a with every kernel the script loads; its
+    timing needs the GPU."""
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "stage_latency.cu"
     ck = compile_cubin(bench, "90a")
     assert ck.cubin[:4] == b"\x7fELF"
+    for name in ("stage", "persistent", "persistent_ar", "stage_mv", "persistent_mv"):
+        assert f"{name}\0".encode() in ck.cubin, name  # extern "C": the symbol is the plain name
 
 
 def test_warm_kernels_builds_the_modules_get_kernel_loads(cache):

@@ -111,21 +111,33 @@ __device__ __forceinline__ float h2f_bits(unsigned short h) {
     return f;
 }
 
-// The row's dot with x (read through L2: another block wrote it this very step), a fixed order, then the
-// xor butterfly; lane 0 stores. The same code in both arms, so both give the same bits.
-__device__ __forceinline__ void mv_finish(const RowW& r, const float* x, float* y, int row) {
+// x [K] into the block's shared memory, read through L2 (__ldcg: another block wrote it this very step), one
+// 16-byte load a thread; then a barrier. Why: at a7e5b1d every warp read all of x from L2 itself (4 KB a row, 4 MB
+// a stage), and the matvec rows came out alike in all four arms (4.59-4.74 us a stage on an H100, 3.4 us over the
+// empty stages): that traffic, not the stage's latency, is the likely bound there. The
+// engine's matvecs read their activations through L1, which serves a block's warps; shared memory does the same
+// here, in both arms (a persistent kernel's plain loads could hit L1 lines of the stage before).
+__device__ __forceinline__ void mv_stage_x(const float* x, float* xs, int K) {
+    for (int i = threadIdx.x; i < K / 4; i += blockDim.x)
+        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(x) + i);
+    __syncthreads();
+}
+
+// The row's dot with x (in shared memory), a fixed order, then the xor butterfly; lane 0 stores. The same code in
+// both arms, so both give the same bits.
+__device__ __forceinline__ void mv_finish(const RowW& r, const float* xs, float* y, int row) {
     const int lane = threadIdx.x & 31;
     float acc = 0.f;
 #pragma unroll
     for (int i = 0; i < MV_VECS; ++i) {
-        const float4* xp = reinterpret_cast<const float4*>(x + 8 * (32 * i + lane));
-        const float4 a = __ldcg(xp), b = __ldcg(xp + 1);
+        const float4* xp = reinterpret_cast<const float4*>(xs + 8 * (32 * i + lane));
+        const float4 a = xp[0], b = xp[1];
         const unsigned w[4] = {r.v[i].x, r.v[i].y, r.v[i].z, r.v[i].w};
-        const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            acc = fmaf(h2f_bits((unsigned short)(w[k] & 0xFFFFu)), xs[2 * k], acc);
-            acc = fmaf(h2f_bits((unsigned short)(w[k] >> 16)), xs[2 * k + 1], acc);
+            acc = fmaf(h2f_bits((unsigned short)(w[k] & 0xFFFFu)), xv[2 * k], acc);
+            acc = fmaf(h2f_bits((unsigned short)(w[k] >> 16)), xv[2 * k + 1], acc);
         }
     }
 #pragma unroll
@@ -133,15 +145,19 @@ __device__ __forceinline__ void mv_finish(const RowW& r, const float* x, float* 
     if (lane == 0) y[row] = acc;
 }
 
+#define MV_MAX_K 1024  // the shared x's size (MV_VECS covers K = 1024)
+
 // One stage as a kernel (a graph of n of them): the row's weights before the PDL wait, as the engine's
 // matvecs load theirs. Grid: K / (blockDim / 32) blocks, one warp a row.
 extern "C" __global__ void stage_mv(const unsigned short* __restrict__ w, const float* x, float* y, int K) {
     PDL_TRIGGER();
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    __shared__ __align__(16) float xs[MV_MAX_K];
     RowW r;
     mv_load(w, K, row, r);
     PDL_WAIT();
-    mv_finish(r, x, y, row);
+    mv_stage_x(x, xs, K);
+    mv_finish(r, xs, y, row);
 }
 
 // n stages in one launch of nb blocks (co-resident: one a SM) with grid_barrier_ar between them; stage s
@@ -152,6 +168,7 @@ extern "C" __global__ void persistent_mv(const unsigned short* __restrict__ w, f
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const bool active = row < K;
     const long long KK = (long long)K * K;
+    __shared__ __align__(16) float xs[MV_MAX_K];
     RowW r;
     if (active) mv_load(w, K, row, r);
     for (int s = 0; s < n; ++s) {
@@ -159,7 +176,10 @@ extern "C" __global__ void persistent_mv(const unsigned short* __restrict__ w, f
             grid_barrier_ar(ctr, gridDim.x * (unsigned)s);
             if (active && !prefetch) mv_load(w + s * KK, K, row, r);
         }
-        if (active) mv_finish(r, xbuf + (s & 1) * K, xbuf + ((s + 1) & 1) * K, row);
+        mv_stage_x(xbuf + (s & 1) * K, xs, K);  // every thread: it holds a __syncthreads
+        if (active) mv_finish(r, xs, xbuf + ((s + 1) & 1) * K, row);
         if (active && prefetch && s + 1 < n) mv_load(w + (s + 1) * KK, K, row, r);
+        // (xs is overwritten only after the next grid_barrier_ar, whose first __syncthreads every warp reaches
+        // after its mv_finish)
     }
 }

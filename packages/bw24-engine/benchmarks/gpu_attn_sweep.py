@@ -1,8 +1,8 @@
 """Device time of one decode step's attention a layer at the perf cells' shapes, across the settings of the deep
 rows: attn_split against the tensor-core pass 1 (attention_dec_mma.cu), its split count (BW24_ATTN_DECODE), its
 cp.async pipe (BW24_ATTN_DEC_PIPE), the blocks an SM it is built for (BW24_ATTN_DEC_BOUNDS) and the blocks' merge
-(BW24_ATTN_MERGE_FACTORS=0: per element, as before), its tile copies (BW24_ATTN_DEC_UNROLL=0: the loop, as
-before) and pass 2 inside a cluster of the splits (BW24_ATTN_DEC_CLUSTER=16, 8). The d4096 perf cells cost ~1.5 minutes a setting (the 32B's load, llama.cpp's
+(BW24_ATTN_MERGE_FACTORS=0: per element, as before) and its tile copies (BW24_ATTN_DEC_UNROLL=0: the loop, as
+before). The d4096 perf cells cost ~1.5 minutes a setting (the 32B's load, llama.cpp's
 arm); this sweeps them all in about one.
 
 python packages/bw24-engine/benchmarks/gpu_attn_sweep.py [--depths 4096,16384] [--shapes 32b,30b-a3b,8b,0.6b]
@@ -46,10 +46,8 @@ def settings(G: int) -> list[tuple[str, dict]]:
 
     mma = G >= DEC_MMA_MIN_G
     base = {"attn_dec_mma": DEC_MMA_KEYS if mma else 0, "attn_dec_pipe": True, "attn_override": None, "attn_fuse": None,
-            "attn_dec_bounds": 0, "attn_merge_factors": True, "attn_dec_unroll": True, "attn_dec_cluster": 0}
+            "attn_dec_bounds": 0, "attn_merge_factors": True, "attn_dec_unroll": True}
     out = [("default" + (f" (mma {DEC_MMA_SPLITS} +pipe)" if mma else " (attn_split)"), base)]
-    if mma:  # pass 2 inside a cluster of the splits (BW24_ATTN_DEC_CLUSTER; not attn_combine's bits: maxrel expected)
-        out += [(f"cluster {n}", {**base, "attn_dec_cluster": n}) for n in (16, 8)]
     # the builds before BW24_ATTN_MERGE_FACTORS and BW24_ATTN_DEC_BOUNDS's rule (their bits: `bits = 0`), and 2 blocks
     out.append(("per-element merge", {**base, "attn_merge_factors": False}))
     if mma:

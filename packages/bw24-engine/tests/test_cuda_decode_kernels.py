@@ -950,65 +950,6 @@ def test_dec_late_is_opt_in_refused_or_recorded_and_built_into_the_tensor_core_a
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_dec_cluster_is_opt_in_refused_or_recorded_built_and_launched_as_one_cluster_of_splits(tmp_path, monkeypatch,
-                                                                                                helpers):
-    """BW24_ATTN_DEC_CLUSTER (attn_dec_mma's rows combined across a cluster of their splits): 0 (off) by default, 16 or
-    8 taken and recorded in perf rows (attn_dec_cluster_N), another value an error naming the variable; its define and
-    the canary's macro reach attention_dec_mma.cu alone; the models' instances compile with it (16 and 8, through the
-    pipe and without, the canary's build) and attn_combine with its skip; attn.attention launches the mma rows' grid
-    as the cluster's splits (each kernel allowed its cluster first), drops attn_combine where the call has no
-    attn_split row (a deep one-token step) and builds it to skip the cluster's rows otherwise; its kernel-check family
-    (14 cases, 12 of them red under the canary on a GPU)."""
-    from bw24.engine.kernel_cases_attn import dec_cluster_cases
-    from bw24.engine.ops.cuda import attn
-    from bw24.engine.ops.cuda.attn import AttnDepth
-    from bw24.engine.ops.cuda.backend import CudaOps
-    from bw24.engine.ops.cuda.kernels import KERNEL_DIR
-    from bw24.runtime import compile_cubin
-
-    assert CudaOps.attn_dec_cluster == 0 and CudaOps.attn_dec_cluster_env == "0"
-    helpers.env_switch_refuses(monkeypatch, "attn_dec_cluster_env", "BW24_ATTN_DEC_CLUSTER", ("1", "4", "32", "on", ""))
-    ops = CudaOps.__new__(CudaOps)
-    ops.pdl, ops.variant, ops.attn_dec_pipe = True, "planted_deccl", True
-    assert not any(o.startswith("attn_dec_cluster") for o in CudaOps.opt_in(ops))
-    assert not any(d[0] == "BW24_DEC_MMA_CLUSTER" for d in ops.kernel_defines("attention_dec_mma.cu"))
-    ops.attn_dec_cluster = 16
-    assert "attn_dec_cluster_16" in CudaOps.opt_in(ops)
-    assert {("BW24_DEC_MMA_CLUSTER", 16), ("BW24_PLANTED_DECCL", 1)} <= set(ops.kernel_defines("attention_dec_mma.cu"))
-    assert not any(d[0] in ("BW24_DEC_MMA_CLUSTER", "BW24_PLANTED_DECCL") for d in ops.kernel_defines("attention.cu"))
-    cases = [name for name, _ in dec_cluster_cases()]
-    assert len(cases) == 14 and all(n.startswith("attn dec cluster=") for n in cases) and len(set(cases)) == 14
-
-    # the launches, on a stand-in backend: the deep class's one-token step (no attn_split row) and a verify step
-    monkeypatch.setattr(attn, "_sm_count", lambda: 132)
-    for T, cls, want in ((1, "deep", ["attn_dec_mma"]), (5, "deep", ["attn_split", "attn_dec_mma", "attn_combine"])):
-        allowed = []
-        got = _attention_launches(T=T, attn_dec_mma=1024, attn_dec_pipe=True, attn_dec_cluster=16, attn_class=cls,
-                                  attn_depth=AttnDepth(1024, 1, 4), _allow_cluster=lambda fn, n, a=allowed: a.append(n))
-        assert [k for k, *_ in got] == want, (T, got)
-        mma = next(x for x in got if x[0] == "attn_dec_mma")
-        assert mma[1] == (8, 16, T) and allowed == [16]
-        comb = [x for x in got if x[0] == "attn_combine"]
-        assert all(x[2] == (("BW24_COMBINE_SKIP_MMA", 1024),) for x in comb)
-    plain = _attention_launches(T=1, attn_dec_mma=1024, attn_dec_pipe=True, attn_class="deep",
-                                attn_depth=AttnDepth(1024, 1, 4))
-    assert [(k, g[1] if k == "attn_dec_mma" else None) for k, g, *_ in plain] == [("attn_dec_mma", attn.DEC_MMA_SPLITS),
-                                                                                  ("attn_combine", None)]
-
-    monkeypatch.setenv("BW24_KERNEL_CACHE", str(tmp_path))
-    names = ("attn_dec_mma<128,128,8,32>", "attn_dec_mma<128,128,4,32>", "attn_dec_mma<128,128,2,32>",
-             "attn_dec_mma<64,64,7,32>")
-    for defines in ({"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1, "BW24_DEC_MMA_CLUSTER": 16},
-                    {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_EARLY": 1, "BW24_DEC_MMA_CLUSTER": 8},
-                    {"BW24_PDL": 1, "BW24_DEC_MMA_CLUSTER": 16},
-                    {"BW24_PDL": 1, "BW24_DEC_MMA_PIPE": 1, "BW24_DEC_MMA_CLUSTER": 16, "BW24_PLANTED_DECCL": 1}):
-        ck = compile_cubin(KERNEL_DIR / "attention_dec_mma.cu", "90a", defines=defines, name_expressions=names)
-        assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
-    ck = compile_cubin(KERNEL_DIR / "attention.cu", "90a", defines={"BW24_PDL": 1, "BW24_COMBINE_SKIP_MMA": 1024},
-                       name_expressions=("attn_combine",))
-    assert ck.cubin[:4] == b"\x7fELF"
-
-
 def test_merge_factors_is_the_default_refused_or_recorded_and_reaches_both_attention_files(tmp_path, monkeypatch,
                                                                                           helpers):
     """BW24_ATTN_MERGE_FACTORS (a block's merge with each head's factors worked out once, attn_chunk.cuh): on by
@@ -1088,11 +1029,9 @@ def test_default_switches_refused_or_recorded_and_built_for_their_file_alone(sw,
         assert ck.cubin[:4] == b"\x7fELF" and set(ck.lowered) == set(names)
 
 
-def test_dynamic_shared_memory_past_48_kb_and_clusters_past_8_blocks_are_opted_in_once(monkeypatch):
+def test_dynamic_shared_memory_past_48_kb_is_opted_in_once(monkeypatch):
     """bw24.runtime.launch.allow_dynamic_shared: nothing to do up to 48 KB; past it cuFuncSetAttribute
-    (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size. allow_cluster
-    (BW24_ATTN_DEC_CLUSTER's kernels): nothing up to 8 blocks (portable); past it NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-    (14 in cuda.h) once a function."""
+    (MAX_DYNAMIC_SHARED_SIZE_BYTES) once a function and size, again only for a larger size."""
     from types import SimpleNamespace
 
     from bw24.runtime import launch
@@ -1110,13 +1049,6 @@ def test_dynamic_shared_memory_past_48_kb_and_clusters_past_8_blocks_are_opted_i
     assert calls == [(1234, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 69632)]
     launch.allow_dynamic_shared(SimpleNamespace(kernel=SimpleNamespace(ptr=99)), 100000)  # a RawKernel's
     assert calls[-1] == (99, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000)
-    calls.clear()
-    launch.allow_cluster(SimpleNamespace(ptr=4321), 8)
-    assert calls == []
-    launch.allow_cluster(SimpleNamespace(ptr=4321), 16)
-    launch.allow_cluster(SimpleNamespace(ptr=4321), 16)
-    launch.allow_cluster(fn, 16)  # the same function's other attribute is its own
-    assert calls == [(4321, 14, 1), (1234, 14, 1)] and launch.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED == 14
     assert launch.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES == driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 

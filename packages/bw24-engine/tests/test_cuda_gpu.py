@@ -165,13 +165,6 @@ def test_attention_dec_late_cases_green_and_a_dropped_key_red():
     _green_then_red(107, "attn dec late", "planted_declate", "attn dec late trigger == start", 5)
 
 
-def test_attention_dec_cluster_cases_green_and_a_dropped_split_red():
-    """BW24_ATTN_DEC_CLUSTER's cases (attn_dec_mma's rows combined across a thread-block cluster of their splits, against
-    the reference; verify rows == decode rows) are green; the planted combine that leaves the last live split out turns
-    the 12 whose rows hold several splits red (the one-split row and rows==decode stay green)."""
-    _green_then_red(113, "attn dec cluster", "planted_deccl", "attn dec cluster", 12)
-
-
 def test_q8_decode_late_cases_green_and_a_dropped_first_group_red():
     """BW24_QMV8_EARLY=0's cases (a decode q8 matvec's first weight group loaded after the PDL wait: the early loads'
     bits, alone, batched and in a multi launch) are green; the planted late loop that starts at the second group

@@ -543,45 +543,6 @@ def dec_late_cases() -> Iterator[tuple[str, Case]]:
     yield from tile_bits_cases("attn_dec_late", "attn dec late trigger == start bitwise", DEC_BUILD_SHAPES)
 
 
-def dec_cluster(n: int) -> Callable[[Case], Case]:
-    """A wrapper running a case with BW24_ATTN_DEC_CLUSTER=n (cu.attn_dec_cluster: the mma rows' pass 2 inside a cluster
-    of n blocks)."""
-    return _with("attn_dec_cluster", "", n)
-
-
-def dec_cluster_cases() -> Iterator[tuple[str, Case]]:
-    """BW24_ATTN_DEC_CLUSTER (attn_dec_mma's rows combined across a thread-block cluster of their splits, no
-    attn_combine for them; opt-in): not attn_combine's bits, so against the float64 reference (gemm16) with clusters
-    of 16: DEC_BUILD_SHAPES' rows (their forced split counts reach the attn_split rows only), the 0.6B's G = 2, verify
-    rows across the 1,024-key edge (attn_split's rows and attn_combine built to skip the cluster's, in one call; dead
-    splits: 11 live of 16), without the pipe, the int8 output rows of a cluster's combine at depth and of a one-split
-    row (short=128, from=32: no cluster barrier), every row on tensor cores (`all`); two with clusters of 8; and
-    verify rows == decode rows bit for bit. The planted_deccl canary (the combine leaves the last live split out)
-    turns the 12 reference cases whose rows hold several splits red; the one-split q8 row and rows==decode (the
-    planted kernel against itself) stay green (tests/test_cuda_gpu.py)."""
-    c16 = dec_cluster(16)
-    for D, G, Hkv, T, p0, ns, win, cap, _ in DEC_BUILD_SHAPES + ((128, 2, 8, 1, 4000, None, None, None, 0),
-                                                                 (128, 8, 4, 9, 1020, None, None, None, 0)):
-        case = c16(dec_mma_ref_case(D, G, T, p0, 1024, win, cap, Hkv))
-        yield (f"attn dec cluster=16 D={D} G={G} Hkv={Hkv} T={T} pos={p0}{f' splits={ns}' if ns else ''}"
-               f"{f' window={win}' if win else ''}{f' softcap={cap:g}' if cap else ''} half-KV"), \
-            splits(ns)(case) if ns else case
-    no_pipe = _with("attn_dec_pipe", "", False)
-    yield "attn dec cluster=16 no pipe D=128 G=8 Hkv=4 T=5 pos=3000 half-KV", \
-        no_pipe(c16(dec_mma_ref_case(128, 8, 5, 3000, 1024, Hkv=4)))
-    yield "attn dec cluster=16 +q8 out D=128 G=4 Hkv=8 T=1 pos=3000 from=1024 half-KV", \
-        dec_mma(1024)(c16(attn_q8_case(128, 4, 1, 3000, 8, half=True, cls="gemm16")))
-    yield "attn dec cluster=16 all D=128 G=8 Hkv=4 T=3 pos=2000 half-KV", \
-        c16(dec_mma_ref_case(128, 8, 3, 2000, DEC_MMA_ALL, Hkv=4))
-    for D, G, Hkv, T, p0 in ((128, 4, 8, 1, 4000), (64, 7, 2, 3, 2000)):
-        yield f"attn dec cluster=8 D={D} G={G} Hkv={Hkv} T={T} pos={p0} half-KV", \
-            dec_cluster(8)(dec_mma_ref_case(D, G, T, p0, 1024, Hkv=Hkv))
-    yield "attn dec cluster=16 one split +q8 out D=128 G=4 Hkv=8 T=1 pos=100 from=32 short=128 half-KV", \
-        short(128)(dec_mma(32)(c16(attn_q8_case(128, 4, 1, 100, 8, half=True, cls="gemm16"))))
-    yield "attn dec cluster=16 rows==decode D=128 G=4 Hkv=8 T=6 pos=3000 from=1024 half-KV", \
-        c16(dec_mma(1024)(attn_rows_case(128, 4, 6, 3000, Hkv=8, half=True)))
-
-
 dec_early = _with("attn_dec_early", "The split's first tiles of older cache rows before the PDL wait (BW24_ATTN_DEC_EARLY).")
 
 # A kernel ahead that writes a step's new cache rows late: it opens as every bw24 kernel does (common.cuh PDL_OPEN),
@@ -846,7 +807,6 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield from dec_bounds_cases()
     yield from dec_unroll_cases()
     yield from dec_late_cases()
-    yield from dec_cluster_cases()
     # one split up to N live keys (BW24_ATTN_SHORT): against the reference inside it, at its edge and past it,
     # verify rows across it == decode, split heads, the int8 output rows, the fused pass 2, a window; the
     # planted_short canary (pass 2 blind to it) turns the 7 whose rows sit in 33..N keys, separate pass 2, red

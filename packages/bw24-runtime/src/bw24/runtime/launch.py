@@ -98,13 +98,11 @@ def launch_pdl(fn, grid, block: int, args, shared_mem: int, stream) -> None:
 _ALLOWED: dict[tuple[int, int], int] = {}  # (function pointer, CUfunction_attribute) -> the value it was set to
 SMEM_DEFAULT_LIMIT = 48 * 1024  # what a kernel may take without opting in
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # cuda.h CUfunction_attribute
-CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
-PORTABLE_CLUSTER = 8  # the most blocks a cluster takes without opting in
 
 
 def _raise_attribute(fn, attribute: int, value: int) -> None:
-    """fn's CUfunction attribute raised to value, once a function (a later call asking no more is free): both opt-ins
-    below are such attributes, and must be set before a graph capture records the launch."""
+    """fn's CUfunction attribute raised to value, once a function (a later call asking no more is free): the opt-in
+    below is such an attribute, and must be set before a graph capture records the launch."""
     ptr = _fn_ptr(fn)
     if _ALLOWED.get((ptr, attribute), 0) >= value:
         return
@@ -119,10 +117,3 @@ def allow_dynamic_shared(fn, nbytes: int) -> None:
     opt in (MAX_DYNAMIC_SHARED_SIZE_BYTES) or its launch fails."""
     if nbytes > SMEM_DEFAULT_LIMIT:
         _raise_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
-
-
-def allow_cluster(fn, size: int) -> None:
-    """Let fn (built with __cluster_dims__ of `size` blocks) launch: past 8 blocks a cluster is non-portable (sm_90
-    takes 16) and the kernel must opt in (NON_PORTABLE_CLUSTER_SIZE_ALLOWED) or its launch fails."""
-    if size > PORTABLE_CLUSTER:
-        _raise_attribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)

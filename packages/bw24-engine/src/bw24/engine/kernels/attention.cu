@@ -596,9 +596,6 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_ml, const
 #endif
     const int live = (n + c - 1) / c;
     if (live == 1) return;  // attn_split wrote the output itself
-#ifdef BW24_COMBINE_SKIP_MMA  // attn_dec_mma's rows past this many live keys combine inside its cluster (its
-    if (n > BW24_COMBINE_SKIP_MMA) return;  // BW24_DEC_MMA_CLUSTER): they wrote no partials here
-#endif
     combine_head(part_ml, part_acc, ((i64)t * H + h) * nsplit, live, DV, out + ((i64)t * H + h) * DV, red, wt, lw);
     if (xq) {  // this thread's own output dim, just written by it
         const i64 o = ((i64)t * H + h) * DV + threadIdx.x;

@@ -88,29 +88,6 @@
 #ifndef BW24_DEC_MMA_LATE_TRIGGER
 #define BW24_DEC_MMA_LATE_TRIGGER 0
 #endif
-// BW24_DEC_MMA_CLUSTER (ops/cuda/backend.py attn_dec_cluster; opt-in, BW24_ATTN_DEC_CLUSTER=8 or 16; 0 off): pass 2 of
-// this kernel's rows inside it, across a thread-block cluster of the row's splits (sm_90): the grid's splits are the
-// cluster's CL blocks, each block leaves its split's state (M, L a head and A [G][DV], its 4 warps merged as
-// merge_block does) in its own shared memory, and after a cluster barrier the CL x 4 warps each combine a 32-dim group
-// of the row set's output from every live split's shared memory (distributed shared memory: mapa, ld.shared::cluster),
-// then write it and its int8 group. No partials round trip through global memory and no attn_combine launch for these
-// rows (attention.cu's attn_combine is built to skip them, BW24_COMBINE_SKIP_MMA, and not launched at all where a call
-// has no attn_split row). Why: on an H100 at 76809cf the 8B's attention a layer at 4,096 keys took 15.3 us with pass 2
-// and 11.1 without its launch (evidence/attn_sweep_h100_76809cf.log, `no comb`), and halving pass 1's mma changed
-// nothing (the keys as M, removed): what is left is the round trip and the launch. An upper bound, since without pass 2
-// successive layers' pass 1 also overlap under PDL. At 16 splits pass 1 alone ran as fast as at 33 (11.08 / 11.12 us).
-// Not the bits of attn_combine's merge (another order of the same sums): kernel-check's "attn dec cluster" cases against
-// the float64 reference, verify rows == decode rows (the split rule depends on the row's position and CL alone), and
-// its canary planted_deccl. A split with no live keys of a live row joins the cluster's barriers with no work; a row
-// whose only live split writes the output (live == 1) takes no barrier, nor do attn_split's rows (the whole cluster).
-#ifndef BW24_DEC_MMA_CLUSTER
-#define BW24_DEC_MMA_CLUSTER 0
-#endif
-#if BW24_DEC_MMA_CLUSTER
-#define DM_CLUSTER_DIMS __cluster_dims__(1, BW24_DEC_MMA_CLUSTER, 1)
-#else
-#define DM_CLUSTER_DIMS
-#endif
 #ifndef DM_MIN_BLOCKS
 #define DM_MIN_BLOCKS (BW24_DEC_MMA_PIPE ? 3 : 4)
 #endif
@@ -124,6 +101,12 @@
 // head) combining its G heads): on the H200 at 5107205 slower than attn_combine's launch at every split count and
 // shape measured (the 32B at 4,096 keys, 33 splits with the pipe: 23.85 us a layer against 15.07;
 // evidence/attn_sweep_h200_5107205.log): its last block's serial combine costs more than the launch it saves.
+// Not here: pass 2 of this kernel's rows across a thread-block cluster of their splits (BW24_DEC_MMA_CLUSTER,
+// opt-in since 76809cf: each block's split state in its own shared memory, combined through distributed shared
+// memory, no partials round trip and no attn_combine launch for these rows). A layer alone was faster, but every
+// step was slower: at 16 blocks on the H200 at 11bfbd6 -2.3% to -9.0%, at 8 blocks on an H100 at a7e5b1d the 8B's
+// d4096 -8.2% (Q4_K_M) and -4.4% (Q8_0) (evidence/perf_ab_h100_a7e5b1d.log). Under PDL the separate attn_combine
+// overlaps its neighbours, while a cluster launch cannot start until all its blocks fit.
 
 // 16 bytes global -> shared without registers (sm_80+); valid = false writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -260,13 +243,12 @@ extern __shared__ __align__(16) unsigned char dm_smem[];
 // keys in this split, or the row is attn_split's (n <= from live keys). Before the wait (dm_early) and after it.
 template <int CH>
 __device__ __forceinline__ bool dm_split(int p, int window, int nsplit, int from, int s, int& j0, int& j1,
-                                         bool& single, int* live_out = nullptr) {
+                                         bool& single) {
     const int lo = window > 0 ? max(0, p - window + 1) : 0;
     const int n = p - lo + 1;
     if (n <= from) return false;  // attn_split's row (uniform over the block)
     const int cl = attn_chunk_len(n, CH, nsplit);
     const int live = (n + cl - 1) / cl;
-    if (live_out) *live_out = live;  // (the row's live splits: BW24_DEC_MMA_CLUSTER's dead splits still need it)
     if (s >= live) return false;  // past the live range
     j0 = lo + s * cl;
     j1 = min(j0 + cl, p + 1);
@@ -308,75 +290,8 @@ __device__ __forceinline__ int dm_early(const __half* __restrict__ kc, const __h
     return pre;
 }
 
-// BW24_DEC_MMA_CLUSTER's distributed shared memory (sm_90 PTX): a barrier of every thread of the cluster's blocks
-// (release / acquire: shared memory written before it is visible to every block after it), this block's shared
-// address as block `rank`'s, and a float loaded from there.
-__device__ __forceinline__ void dm_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ u32 dm_cluster_addr(const void* p, int rank) {
-    u32 a;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"((u32)__cvta_generic_to_shared(p)), "r"(rank));
-    return a;
-}
-__device__ __forceinline__ float dm_cluster_ld(u32 a) {
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-    return v;
-}
-
-// BW24_DEC_MMA_CLUSTER's end of a row set of `live` > 1 splits, every block of the cluster (split s = its rank):
-// its split's state (when `mine`: it has keys) from the 4 warps' (sm_m, sm_l, so) as merge_block's factors merge them,
-// into cl_ml [G][2] (M, L) and cla [G * DV] (A) of its own shared memory; a cluster barrier; then warp w of block s
-// combines the 32-dim groups q = s * 4 + w, s * 4 + w + CL * 4, .. of the G x DV outputs over the live splits in
-// split order, writes out and the int8 group; a last barrier keeps every block's shared memory until all have read.
-template <int G, int DV, int CL>
-__device__ __forceinline__ void dm_cluster_merge(const float (*sm_m)[G], const float (*sm_l)[G], const float* so,
-                                                 float* cla, bool mine, int live, int s, int w, int lane, i64 h0,
-                                                 float* __restrict__ out, i8* __restrict__ xq, int2* __restrict__ xs) {
-    __shared__ float cl_ml[G][2], cl_f[DM_WARPS][G];
-    if (mine) {  // (block-uniform)
-        merge_factors<DM_WARPS, G>(sm_m, sm_l, G, cl_f, cl_ml);  // (M finite: a split with keys has a warp with keys)
-        __syncthreads();
-        for (int i = threadIdx.x; i < G * DV; i += DM_WARPS * 32) {
-            const int g = i / DV;
-            float A = 0.f;
-#pragma unroll
-            for (int u = 0; u < DM_WARPS; ++u) A += so[u * G * DV + i] * cl_f[u][g];
-            cla[i] = A;
-        }
-    }
-    dm_cluster_sync();  // every split's state is in its block's shared memory
-#ifdef BW24_PLANTED_DECCL  // kernel_check canary: the combine leaves the last live split out
-    const int used = live - 1;
-#else
-    const int used = live;
-#endif
-    for (int q = s * DM_WARPS + w; q < G * DV / 32; q += CL * DM_WARPS) {  // (warp-uniform: a whole 32-dim group)
-        const int g = q / (DV / 32), d = (q % (DV / 32)) * 32 + lane;
-        float mr[CL], M = -INFINITY;  // each live split's M, loaded once from its block
-#pragma unroll
-        for (int r = 0; r < CL; ++r) {
-            mr[r] = r < used ? dm_cluster_ld(dm_cluster_addr(&cl_ml[g][0], r)) : -INFINITY;
-            M = fmaxf(M, mr[r]);
-        }
-        float L = 0.f, A = 0.f;
-#pragma unroll
-        for (int r = 0; r < CL; ++r)
-            if (r < used) {
-                const float f = expf(mr[r] - M);
-                L += dm_cluster_ld(dm_cluster_addr(&cl_ml[g][1], r)) * f;
-                A += dm_cluster_ld(dm_cluster_addr(&cla[g * DV + d], r)) * f;
-            }
-        const i64 o = (h0 + g) * DV + d;
-        out[o] = A / L;
-        if (xq) quant_group32(A / L, lane, xq + (o & ~(i64)31), xs + (o >> 5));
-    }
-    dm_cluster_sync();  // no block leaves (its shared memory) while another still reads it
-}
-
 template <int D, int DV, int G, int CH>
-__global__ void DM_CLUSTER_DIMS __launch_bounds__(DM_WARPS * 32, DM_MIN_BLOCKS)
+__global__ void __launch_bounds__(DM_WARPS * 32, DM_MIN_BLOCKS)
 attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
              const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window, int nsplit,
              int from, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
@@ -406,16 +321,8 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int j0, j1;
     bool single;
-#if BW24_DEC_MMA_CLUSTER
-    int live = 0;  // the row's live splits (the same in every block of the cluster); 0: attn_split's row
-    const bool mine = dm_split<CH>(p0 + t, window, nsplit, from, s, j0, j1, single, &live);
-    if (live == 0 || (!mine && live == 1)) return;  // attn_split's row (the whole cluster), or a dead split beside the
-                                                    // one that writes the output alone: no cluster barrier either way
-    if (!mine) j0 = j1 = 0;  // a dead split of a row of several: no keys, but it joins the cluster's barriers
-#else
     if (!dm_split<CH>(p0 + t, window, nsplit, from, s, j0, j1, single))
         return;  // (no early tile in flight here: dm_early saw this same split, or its tiles were drained)
-#endif
 
     // q * scale as A fragments, float16 (attention_mma.cu's packing): row g is head hk*G + g when g < G; rows
     // g + 8 are zero
@@ -442,7 +349,7 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
     const auto kst = [&](int st) { return reinterpret_cast<__half (*)[KP]>(dm_smem + st * STAGE); };
     const auto vst = [&](int st) { return reinterpret_cast<__half (*)[VP]>(dm_smem + st * STAGE + DM_KT * KP * 2); };
     if (pre < 1 && j0 < j1) dm_load_tile<D, DV, KP, VP>(kst(0), vst(0), kb, vb, j0, j1, true);  // (else dm_early's;
-                                                                                        // none for a dead split)
+                                           // j0 < j1 always holds here, but the build without it is another cubin)
     cp_async_commit();
     for (int jt = j0, st = 0, i = 0; jt < j1; jt += DM_KT, st ^= 1, ++i) {
         // the next tile into the other stage (freed by the last iteration's closing barrier); a group a round, empty
@@ -490,19 +397,6 @@ attn_dec_mma(const float* __restrict__ q, const __half* __restrict__ kc, const _
         }
     }
     __syncthreads();
-#if BW24_DEC_MMA_CLUSTER
-    if (live > 1) {  // the row set's pass 2 across the cluster; A in the V stage's (or vs') shared memory, free now
-#if BW24_DEC_MMA_PIPE
-        float* cla = reinterpret_cast<float*>(dm_smem + DM_KT * KP * 2);
-#else
-        float* cla = reinterpret_cast<float*>(&vs[0][0]);
-#endif
-        static_assert(G * DV * 4 <= DM_KT * VP * 2, "A fits in the V tile");
-        dm_cluster_merge<G, DV, BW24_DEC_MMA_CLUSTER>(sm_m, sm_l, so, cla, mine, live, s, w, lane, (i64)t * H + hk * G,
-                                                      out, xq, xs);
-        return;
-    }
-#endif
     merge_block<DM_WARPS, G, DV>(sm_m, sm_l, reinterpret_cast<const float(*)[G][DV]>(so), G, (i64)t * H + hk * G,
                                  nsplit, s, single, lane, out, xq, xs, part_ml, part_acc);
 }

@@ -334,25 +334,17 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
                     np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
                     *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
-    # BW24_ATTN_DEC_CLUSTER (CudaOps.attn_dec_cluster): the mma rows' splits are one cluster of that many blocks, which
-    # combines them itself (attention_dec_mma.cu BW24_DEC_MMA_CLUSTER): attn_combine skips those rows, and is not
-    # launched where the call has no attn_split row
-    cl = int(getattr(cu, "attn_dec_cluster", 0) or 0) if run_mma else 0
     if run_mma:  # the rows over frm live keys: pass 1 on tensor cores, every kv head's G q heads in one block
-        fn = cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>")
-        if cl:
-            cu._allow_cluster(fn, cl)
-        cu._launch(fn, (Hkv, cl or ns, T), 128,
+        cu._launch(cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                    np.float32(softcap or 0.0), w, np.int32(cl or ns), np.int32(frm), ml, acc, out, xq, xs),
+                    np.float32(softcap or 0.0), w, np.int32(ns), np.int32(frm), ml, acc, out, xq, xs),
                    shared_mem=dec_pipe_smem(D, Dv) if getattr(cu, "attn_dec_pipe", False) else 0)
-    if fused or (cl and not run_split):  # every row's pass 2 done inside pass 1
+    if fused:  # every row's pass 2 done inside pass 1
         if quant:
             q8.mark_ready(cu, rows)
         return
     block = max(32, min(256, 32 * math.ceil(Dv / 32)))  # == Dv (D, Dv % 32 == 0, <= 256): one dim per thread
-    skip = (("BW24_COMBINE_SKIP_MMA", frm),) if cl else ()  # (frm > 0 here: `all` has no attn_split row)
-    cu._launch(cu._k_with("attention.cu", "attn_combine", skip), (H, T), block,
+    cu._launch(cu._k("attention.cu", "attn_combine"), (H, T), block,
                (ml, acc, pos, np.int32(H), np.int32(Dv), np.int32(ch), np.int32(ns), w, out, xq, xs))
     if quant:
         q8.mark_ready(cu, rows)

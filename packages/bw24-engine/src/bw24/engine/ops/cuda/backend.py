@@ -386,12 +386,6 @@ class CudaOps(Ops):
     # (BW24_ATTN_DEC_LATE=1; perf rows "attn_dec_late") until the H200 has timed it.
     attn_dec_late_env = os.environ.get("BW24_ATTN_DEC_LATE", "0")
     attn_dec_late = attn_dec_late_env == "1"
-    # Pass 2 of the tensor-core attention's rows inside it, across a thread-block cluster of a row's splits
-    # (attention_dec_mma.cu BW24_DEC_MMA_CLUSTER, why there: no partials round trip and no attn_combine launch for
-    # those rows). Opt-in (BW24_ATTN_DEC_CLUSTER=16 or 8: the cluster's blocks, the rows' splits; perf rows
-    # "attn_dec_cluster_N") until a GPU has timed it; not attn_combine's bits (another order of the same sums).
-    attn_dec_cluster_env = os.environ.get("BW24_ATTN_DEC_CLUSTER", "0")
-    attn_dec_cluster = 0  # the value __init__ checked
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -573,7 +567,6 @@ class CudaOps(Ops):
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("no_attn_dec_unroll", not self.attn_dec_unroll),
                                       ("attn_dec_late", self.attn_dec_late),
-                                      (f"attn_dec_cluster_{self.attn_dec_cluster}", bool(self.attn_dec_cluster)),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
@@ -666,10 +659,6 @@ class CudaOps(Ops):
                 ("BW24_PREFILL_OVERLAP", self.prefill_overlap_env, "prefill's dequantization a chunk ahead on a side "
                  "stream", True)):
             _check_switch(var, value, on, default_on)
-        if self.attn_dec_cluster_env not in ("0", "8", "16"):
-            raise ValueError(f"BW24_ATTN_DEC_CLUSTER={self.attn_dec_cluster_env!r}: 16 or 8 (the blocks of the cluster "
-                             "that combines the tensor-core attention's splits); 0 or unset: off, attn_combine")
-        self.attn_dec_cluster = int(self.attn_dec_cluster_env)
         if self.attn_dec_bounds_env not in ("0", "1", "2", "3", "4"):
             raise ValueError(f"BW24_ATTN_DEC_BOUNDS={self.attn_dec_bounds_env!r}: 1 .. 4 (blocks an SM the tensor-core "
                              "attention is built to fit); 0 or unset: its rule, 3 with the pipe and 4 without")
@@ -746,7 +735,6 @@ class CudaOps(Ops):
                    "planted_decbounds": (("BW24_PLANTED_DECBOUNDS", 1),),
                    "planted_decunroll": (("BW24_PLANTED_DECUNROLL", 1),),
                    "planted_declate": (("BW24_PLANTED_DECLATE", 1),),
-                   "planted_deccl": (("BW24_PLANTED_DECCL", 1),),
                    "planted_qmv8late": (("BW24_PLANTED_QMV8LATE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
@@ -772,8 +760,6 @@ class CudaOps(Ops):
             defines += (("BW24_DEC_MMA_COPY_UNROLL", 0),)
         if self.attn_dec_late and file == "attention_dec_mma.cu":
             defines += (("BW24_DEC_MMA_LATE_TRIGGER", 1),)
-        if self.attn_dec_cluster and file == "attention_dec_mma.cu":
-            defines += (("BW24_DEC_MMA_CLUSTER", self.attn_dec_cluster),)
         if not self.qmv8_early and file == "qmatvec_q8.cu":  # (qmatvec_q8.cu loads early by default, under PDL)
             defines += (("QMV8_EARLY", 0),)
         if not self.attn_merge_factors and file in ("attention.cu", "attention_dec_mma.cu"):  # (attn_chunk.cuh's merge)
@@ -785,12 +771,6 @@ class CudaOps(Ops):
         if self.attn_min_blocks > 1 and file == "attention.cu":
             defines += (("ATTN_MIN_BLOCKS", self.attn_min_blocks),)
         return defines
-
-    def _allow_cluster(self, fn, size: int) -> None:
-        """fn (built with BW24_DEC_MMA_CLUSTER's __cluster_dims__) allowed its cluster of `size` blocks."""
-        from bw24.runtime.launch import allow_cluster
-
-        allow_cluster(fn, size)
 
     def q8_loads(self, w, n: int, k: int, nt: int) -> tuple[tuple[str, object], ...]:
         """The extra define of a q8 matvec launch of weight w's type at the (stacked) shape [n, k] (q8.py's

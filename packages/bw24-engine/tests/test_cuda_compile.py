@@ -272,9 +272,9 @@ def test_attention_instances_keep_their_blocks_per_sm():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "attn_registers.sh"
     got = _blocks_per_sm(subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout)
     plain, bounded = "-DBW24_PDL=1 (the defaults)", "-DBW24_PDL=1 -DATTN_MIN_BLOCKS=4"
-    assert got[(plain, "attn_split<128,128,2,32,__half,0>")] == 4
-    assert got[(plain, "attn_split<128,128,4,32,__half,0>")] == 3
+    assert got[(plain, "attn_split<128,128,2,32,__half>")] == 4
+    assert got[(plain, "attn_split<128,128,4,32,__half>")] == 3
     assert {v for (b, name), v in got.items() if b == bounded and name.startswith("attn_split")} == {4}
     canary = _blocks_per_sm("== -DBW24_PDL=1 (the defaults)\n"
-                            "attn_split<128,128,2,32,__half,0>        regs 168  spill_loads 0  blocks/SM 3\n")
-    assert canary[(plain, "attn_split<128,128,2,32,__half,0>")] != 4
+                            "attn_split<128,128,2,32,__half>        regs 168  spill_loads 0  blocks/SM 3\n")
+    assert canary[(plain, "attn_split<128,128,2,32,__half>")] != 4

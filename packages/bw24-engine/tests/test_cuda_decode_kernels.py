@@ -183,8 +183,8 @@ def test_attn_fill_cases_leave_the_fill_idle_blocks():
 
 def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, monkeypatch, helpers):
     """BW24_ATTN_FILL: 1 (off, the default), 2, 4 or 8, else an error naming the variable; attention.cu alone
-    gets the define, perf rows say attn_fill_N; the build (the 8B's, the 30B-A3B's, the 0.6B's, smollm2's and the
-    rope instances) and its canary compile."""
+    gets the define, perf rows say attn_fill_N; the build (the 8B's, the 30B-A3B's, the 0.6B's and smollm2's
+    instances) and its canary compile."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     assert CudaOps.attn_fill == 1
@@ -192,7 +192,7 @@ def test_attn_fill_is_checked_passed_to_attention_only_and_recorded(tmp_path, mo
                                     "attn_fill")
     monkeypatch.undo()
     names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<64,64,3,32,__half>",
-             "attn_split<128,128,4,32,__half,true>", "attn_combine")
+             "attn_combine")
     _attention_variant(tmp_path, monkeypatch, "attn_fill", "BW24_ATTN_FILL", names,
                        ({"BW24_ATTN_FILL": 4, "BW24_PDL": 1}, {"BW24_ATTN_FILL": 4, "BW24_PLANTED_FILL": 1},
                         {"BW24_ATTN_FILL": 8, "BW24_ATTN_SUMS": 1}), 4, "attn_fill_4", env_attr="attn_fill_env")
@@ -208,8 +208,7 @@ def test_attn_min_blocks_is_checked_passed_to_attention_only_and_recorded(tmp_pa
     helpers.env_refused_or_recorded(monkeypatch, "attn_min_blocks_env", "BW24_ATTN_MIN_BLOCKS", ("0", "7", "four"),
                                     "4", "1", "attn_min_blocks")
     monkeypatch.undo()
-    names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<64,64,3,32,__half>",
-             "attn_split<128,128,4,32,__half,true>")
+    names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,2,32,__half>", "attn_split<64,64,3,32,__half>")
     _attention_variant(tmp_path, monkeypatch, "attn_min_blocks", "ATTN_MIN_BLOCKS", names,
                        ({"ATTN_MIN_BLOCKS": 4, "BW24_PDL": 1}, {"ATTN_MIN_BLOCKS": 4, "BW24_PLANTED_MINBLOCKS": 1},
                         {"ATTN_MIN_BLOCKS": 4, "BW24_ATTN_FILL": 4}), 4, "attn_min_blocks_4",
@@ -310,11 +309,6 @@ class _Recorder:
         ch, _ = attn_geometry(None, vc.shape[1], vc.shape[0], n_sm=132)
         kt = kv_arg(kc, vc)
         self.names.add(("attention.cu", f"attn_split<{q.shape[2]},{vc.shape[2]},{q.shape[1] // vc.shape[0]},{ch}{kt}>"))
-
-    def rope_attention(self, q, k, v, pos, kc, vc, *, rope, attn):  # with rope_attn on: the ROPE instance
-        ch, _ = attn_geometry(None, vc.shape[1], vc.shape[0], n_sm=132)
-        D, G = q.shape[2], q.shape[1] // vc.shape[0]
-        self.names.add(("attention.cu", f"attn_split<{D},{vc.shape[2]},{G},{ch},{kv_elem(kc, vc)},true>"))
 
     def rmsnorm(self, x, w, eps, *, out, add=None):
         self.names.add(("norm.cu", rmsnorm_config(x.shape[-1], True)[0]))
@@ -417,12 +411,12 @@ def _attention_variant(tmp_path, monkeypatch, attr: str, define: str, names, def
 
 def test_attn_pipe_variant_compiles_and_is_selected_only_for_attention(tmp_path, monkeypatch):
     """BW24_ATTN_PIPE (the default since e223fb5's H200 run): attention.cu compiled with the next round's loads ahead
-    of the math (float and half caches, D = 64 / 128 / 256, with the batched sums too, the rope instance keeping the
-    plain loop); BW24_ATTN_PIPE=0 is the variant perf rows name ("no_attn_pipe")."""
+    of the math (float and half caches, D = 64 / 128 / 256, with the batched sums too); BW24_ATTN_PIPE=0 is the
+    variant perf rows name ("no_attn_pipe")."""
     from bw24.engine.ops.cuda.backend import CudaOps
 
     names = ("attn_split<128,128,4,32,__half>", "attn_split<128,128,8,32>", "attn_split<64,64,3,32,__half>",
-             "attn_split<256,256,4,32>", "attn_split<128,128,4,32,__half,true>")
+             "attn_split<256,256,4,32>")
     _attention_variant(tmp_path, monkeypatch, "attn_pipe", "BW24_ATTN_PIPE", names,
                        ({"BW24_ATTN_PIPE": 1, "BW24_PDL": 1}, {"BW24_ATTN_PIPE": 1, "BW24_ATTN_SUMS": 1}), label=False)
     assert CudaOps.attn_pipe is True  # (as the other default-on switches' tests: the variable unset)
@@ -761,25 +755,24 @@ def test_decode_kernel_count_runs_in_the_depth_class_of_the_graph(monkeypatch):
 
 
 def test_dec_mma_applies_where_its_kernel_has_the_case_and_skips_launches_without_rows():
-    """attn.dec_mma_from: the threshold only for a float16 cache, D = Dv in (64, 128), G <= 8, no rope inside and
-    a separate pass 2; dec_mma_launches: both kernels outside a depth class, the mma one
-    skipped in a shallow class whose keys stay under the threshold, attn_split skipped for one token of a deep
-    class (no window) whose keys are past it, and both for verify rows (some may sit under it)."""
+    """attn.dec_mma_from: the threshold only for a float16 cache, D = Dv in (64, 128), G <= 8 and a separate pass 2;
+    dec_mma_launches: both kernels outside a depth class, the mma one skipped in a shallow class whose keys stay
+    under the threshold, attn_split skipped for one token of a deep class (no window) whose keys are past it, and
+    both for verify rows (some may sit under it)."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda.attn import DEC_MMA_ALL, AttnDepth, dec_mma_from, dec_mma_launches
 
     half, f32 = np.zeros((8, 64, 128), np.float16), np.zeros((8, 64, 128), np.float32)
     cu = SimpleNamespace(attn_dec_mma=1024)
-    assert dec_mma_from(cu, half, 128, 128, 4, None, False) == 1024
-    assert dec_mma_from(cu, half, 64, 64, 7, None, False) == 1024
-    for args in ((f32, 128, 128, 4, None, False), (half, 256, 256, 4, None, False), (half, 128, 64, 4, None, False),
-                 (half, 128, 128, 16, None, False), (half, 128, 128, 4, object(), False),
-                 (half, 128, 128, 4, None, True)):
+    assert dec_mma_from(cu, half, 128, 128, 4, False) == 1024
+    assert dec_mma_from(cu, half, 64, 64, 7, False) == 1024
+    for args in ((f32, 128, 128, 4, False), (half, 256, 256, 4, False), (half, 128, 64, 4, False),
+                 (half, 128, 128, 16, False), (half, 128, 128, 4, True)):
         assert dec_mma_from(cu, *args) is None, args[1:]
-    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, None, False) is None
-    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, None, False) is None  # (a backend without it)
-    assert dec_mma_from(SimpleNamespace(attn_dec_mma=DEC_MMA_ALL), half, 128, 128, 4, None, False) == 0  # every row
+    assert dec_mma_from(SimpleNamespace(attn_dec_mma=0), half, 128, 128, 4, False) is None
+    assert dec_mma_from(SimpleNamespace(), half, 128, 128, 4, False) is None  # (a backend without it)
+    assert dec_mma_from(SimpleNamespace(attn_dec_mma=DEC_MMA_ALL), half, 128, 128, 4, False) == 0  # every row
 
     def launches(cls, T, window=None, keys=1024, frm=1024):
         c = SimpleNamespace(attn_class=cls, attn_depth=AttnDepth(keys, 2, 4))

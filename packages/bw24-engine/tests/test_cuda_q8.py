@@ -459,55 +459,27 @@ def test_attn_block_heads_env_is_checked_and_recorded(monkeypatch, helpers):
     assert out.strip() == "False"
 
 
-def test_rope_attention_dispatch(helpers):
-    """CudaOps.rope_attention: one attention launch of the ROPE instance (rope arguments: the raw k / v
-    rows, the norms, the cache as its write target) for decode / verify rows with rope_attn on and a
-    rotation attn_split can do per lane; otherwise rope_kv, then attention."""
+def test_attention_launches_pass_each_kernel_its_parameters(helpers):
+    """attn.attention's decode / verify launches: attn_split, then attn_combine, each with as many arguments as
+    its kernel takes (attention.cu's signatures)."""
     from types import SimpleNamespace
 
     from bw24.engine.ops.cuda import attn
-    from bw24.engine.ops.cuda.backend import CudaOps
 
-    def run(on, T=1, mode="neox", rope_dim=128, D=128):
-        launches = []
-        cu = _PlanOps(None, helpers)
-        cu.rope_attn, cu.attn_q8, cu.attn_override = on, False, {"fuse_combine": 0}
-        cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
-        cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], args))
-        cu.rope_kv = lambda *a, **kw: launches.append(("rope_kv", a))
-        cu.attention = lambda q, kc, vc, pos, **kw: attn.attention(cu, q, kc, vc, pos, **{
-            k: v for k, v in kw.items() if k != "n_keys"})
-        Hkv, G, S = 2, 4, 64
-        dev = lambda *s: np.zeros(s, np.float32).view(helpers.HostDev)  # noqa: E731
-        q, out, k, v = dev(T, Hkv * G, D), dev(T, Hkv * G, D), dev(T, Hkv, D), dev(T, Hkv, D)
-        kc, vc, qn = dev(Hkv, S, D), dev(Hkv, S, D), dev(D)
-        rope = dict(mode=mode, rope_dim=rope_dim, base=1e6, freq_scale=1.0, q_norm=qn, k_norm=None, norm_eps=1e-6)
-        CudaOps.rope_attention(cu, q, k, v, np.zeros(1, np.int32).view(helpers.HostDev), kc, vc, rope=rope,
-                               attn=dict(scale=1.0, softcap=None, window=None, out=out, n_keys=T))
-        names = [n for n, _ in launches]
-        split = next(a for n, a in launches if n.startswith("attn_split"))
-        assert len(split) == len(helpers.kernel_params("attention.cu", "attn_split"))
-        assert len(launches[-1][1]) == len(helpers.kernel_params("attention.cu", "attn_combine"))
-        rope_args = split[17:]
-        ok = (rope_args[0] is k and rope_args[1] is v and rope_args[2] is qn and rope_args[-2] is kc
-              and int(rope_args[6]) == (mode == "neox"))
-        if names[0] == "rope_table":  # built first, for the cache's S positions; attn_split reads that buffer
-            tab = launches[0][1]
-            assert len(tab) == len(helpers.kernel_params("rope.cu", "rope_table"))
-            ok = ok and rope_args[7] is tab[0] and int(tab[1]) == S and int(tab[2]) == rope_dim
-            ok = ok and tab[0].size == S * rope_dim and float(tab[3]) == 1e6
-        return names, ok
-
+    launches = []
+    cu = _PlanOps(None, helpers)
+    cu.attn_q8, cu.attn_override = False, {"fuse_combine": 0}
+    cu.qmv_configs = SimpleNamespace(tuning=SimpleNamespace(config=lambda *a: {"chunk": 32, "max_splits": 16}))
+    cu._launch = lambda fn, grid, block, args, shared_mem=0: launches.append((fn[1], args))
+    Hkv, G, S, D, T = 2, 4, 64, 128, 1
+    dev = lambda *s: np.zeros(s, np.float32).view(helpers.HostDev)  # noqa: E731
+    q, out, kc, vc = dev(T, Hkv * G, D), dev(T, Hkv * G, D), dev(Hkv, S, D), dev(Hkv, S, D)
+    attn.attention(cu, q, kc, vc, np.zeros(1, np.int32).view(helpers.HostDev), scale=1.0, softcap=None, window=None,
+                   out=out)
+    assert [n for n, _ in launches] == ["attn_split<128,128,4,32>", "attn_combine"]
     n_split = len(helpers.kernel_params("attention.cu", "attn_split"))
-    assert n_split == 27 and len(helpers.kernel_params("attention.cu", "attn_combine")) == 11
-    fused = (["rope_table", "attn_split<128,128,4,32,float,true>", "attn_combine"], True)
-    assert run(True) == fused and run(True, T=16) == fused
-    assert run(True, mode="norm") == (fused[0], True)
-    assert run(False)[0] == ["rope_kv", "attn_split<128,128,4,32>", "attn_combine"]
-    assert run(True, T=17)[0][0] == "rope_kv"  # prefill rows: rope_kv, then the prefill attention
-    assert run(True, rope_dim=96)[0][0] == "rope_kv"  # neox partner lanes 12 apart: not a power of two
-    assert not attn.rope_fusable(128, 128, 130, "neox") and attn.rope_fusable(64, 64, 32, "neox")
-    assert not attn.rope_fusable(32, 32, 32, "norm")  # one dim per lane: a "norm" pair would span lanes
+    assert n_split == 17 and len(helpers.kernel_params("attention.cu", "attn_combine")) == 11
+    assert len(launches[0][1]) == n_split and len(launches[1][1]) == 11
 
 
 def test_verify_sweep_f32_combos_and_shapes():

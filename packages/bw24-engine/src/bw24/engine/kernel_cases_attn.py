@@ -374,63 +374,6 @@ def rope_norm_case(mode, T, H, Hkv, D, rope_dim, p0, q_norm=True, k_norm=True, h
     return run
 
 
-def rope_attention_case(mode, T, Hkv, G, D, rope_dim, p0, qk_norm=True, half=False, window=None) -> Case:
-    """rope inside attention (CudaOps.rope_attn, attn_split ROPE) vs the reference's rope_kv + attention:
-    the output ("attention" class) and this step's cache rows (as rope_norm_case compares them); q must
-    be left unrotated (so rope_kv did not run); then T-row == T one-row launches at successive positions,
-    bit for bit, output and cache (spec verify == decode)."""
-    def run(name, ref, cu, rng):
-        H, S = Hkv * G, p0 + T + 3 + SPARE_KEYS
-        q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
-        k = (rng.standard_normal((T, Hkv, D)) * 2).astype(np.float32)
-        v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-        kc0 = rng.standard_normal((Hkv, S, D)).astype(np.float32)  # earlier keys (rows >= p0 are overwritten)
-        vc0 = rng.standard_normal((Hkv, S, D)).astype(np.float32)
-        (kcd0, vcd0), (kcr, vcr) = half_cache(kc0, vc0, half)
-        kcr, vcr = kcr.copy(), vcr.copy()
-        qn = rng.standard_normal(D).astype(np.float32) if qk_norm else None
-        kn = rng.standard_normal(D).astype(np.float32) if qk_norm else None
-        rope = dict(base=1e6, freq_scale=1.0, rope_dim=rope_dim, mode=mode, norm_eps=1e-6)
-        attn = dict(scale=D ** -0.5, softcap=None, window=window)
-        qr, want = q.copy(), np.empty((T, H, D), np.float32)
-        ref.rope_kv(qr, k.copy(), v, np.array([p0], np.int32), kcr, vcr, q_norm=qn, k_norm=kn, **rope)
-        if half:  # the cache the attention reads holds float16 keys
-            kcr, vcr = (a.astype(np.float16).astype(np.float32) for a in (kcr, vcr))
-        dn = dict(q_norm=None if qn is None else _dev(cu, qn), k_norm=None if kn is None else _dev(cu, kn))
-        qd, kd, vd = _dev(cu, q), _dev(cu, k), _dev(cu, v)
-
-        def launch(t0, n, kcd, vcd, out):
-            cu.rope_attention(qd[t0:t0 + n], kd[t0:t0 + n], vd[t0:t0 + n], _pos(cu, p0 + t0), kcd, vcd,
-                              rope={**rope, **dn}, attn={**attn, "out": out})
-
-        kcd, vcd, out = _dev(cu, kcd0), _dev(cu, vcd0), cu.zeros((T, H, D))
-        with setting(cu, "rope_attn", True):
-            launch(0, T, kcd, vcd, out)
-        if not np.array_equal(cu.to_host(qd), q):
-            return compare(name + " (q rotated: rope_kv ran)", "exact", np.ones(1), np.zeros(1))
-        new = (slice(None), slice(p0, p0 + T))
-        kgot, vgot = (cu.to_host(a).astype(np.float32) for a in (kcd, vcd))
-        rc = compare(name + " cache", "gemm16" if half else "elementw",
-                     np.concatenate([kgot[new].ravel(), vgot[new].ravel()]),
-                     np.concatenate([a[new].ravel() for a in (kcr, vcr)]))
-        # the output against attention over the keys the device stored: a float16 key that rounded the
-        # other way at a tie (its fp32 norm sums in another order) is the cache check's business, not this one
-        kmix, vmix = kcr.copy(), vcr.copy()
-        kmix[new], vmix[new] = kgot[new], vgot[new]
-        ref.attention(qr, kmix, vmix, np.array([p0], np.int32), out=want, **attn)
-        r = compare(name, "attention", cu.to_host(out), want)
-        if not (r.ok and rc.ok):
-            return r if not r.ok else rc
-        kc1, vc1, ones = _dev(cu, kcd0), _dev(cu, vcd0), cu.zeros((T, H, D))
-        with setting(cu, "rope_attn", True):
-            for t in range(T):
-                launch(t, 1, kc1, vc1, ones[t:t + 1])
-        a = np.concatenate([cu.to_host(x).astype(np.float32).ravel() for x in (ones, kc1, vc1)])
-        b = np.concatenate([cu.to_host(x).astype(np.float32).ravel() for x in (out, kcd, vcd)])
-        return compare(name + " ==rows", "exact", a, b)
-    return run
-
-
 def dec_mma_ref_case(D, G, T, p0, frm, window=None, softcap=None, Hkv=2) -> Case:
     """Rows past frm live keys with pass 1 on tensor cores (BW24_ATTN_DEC_MMA=frm: attention_dec_mma.cu), the
     others on attn_split, one launch, against the float64 reference from a float16 cache: float16 products, the
@@ -714,8 +657,8 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "attn block heads +q8 out D=128 G=8 per=2 Hkv=4 T=1 pos=700", block_heads(2)(attn_q8_case(128, 8, 1, 700, 4))
     # at shallow depth the split blocks past the live range take a block's other q heads (BW24_ATTN_FILL=N): the
     # plain kernel's bits where it acts and where it cannot (FILL_CASES); against the reference, rows == decode,
-    # the int8 output rows, rope inside attention. planted_fill (every sub-block on its group's first heads)
-    # turns the bitwise cases where it acts red (8: test_cuda_gpu).
+    # the int8 output rows. planted_fill (every sub-block on its group's first heads) turns the bitwise cases where
+    # it acts red (8: test_cuda_gpu).
     for G, T, p0, Hkv, half, win, fuse, ns, _ in FILL_CASES:
         for n in ns:
             tail, case = bitwise_case("attn_fill", (1, n), 128 if G != 3 else 64, G, T, p0, Hkv, half, win, fuse)
@@ -726,8 +669,6 @@ def cases() -> Iterator[tuple[str, Case]]:
         fill(2)(split_heads(attn_ref_case(128, 8, 2, 40, Hkv=4, half=True)))
     yield "attn fill=4 rows==decode D=128 G=4 T=6 pos=90 half-KV", f4(attn_rows_case(128, 4, 6, 90, half=True))
     yield "attn fill=4 +q8 out D=128 G=4 Hkv=8 T=1 pos=100", f4(attn_q8_case(128, 4, 1, 100, 8))
-    yield "attn fill=4 rope in attn neox T=5 32/8 D=128 pos=63 qk-norm half-KV", \
-        f4(rope_attention_case("neox", 5, 8, 4, 128, 128, 63, True, True))
     # the next round's loads ahead of the math (BW24_ATTN_PIPE): bitwise == the plain kernel over one round,
     # several, a partial last one, windows, softcap, both cache elements and D = 64 / 128 / 256; against the
     # reference; with the fused pass 2, the batched sums, split heads and verify rows == decode
@@ -831,15 +772,6 @@ def cases() -> Iterator[tuple[str, Case]]:
             ("neox", 4, 8, 2, 128, 64, 1000, True, False), ("norm", 1, 9, 3, 64, 64, 517, False, False)):
         yield f"rope_kv+qknorm {mode} T={T} H={H}/{Hkv} D={D} rope_dim={rd} pos={p0}" \
               f"{'' if qn else ' -qn'}{'' if kn else ' -kn'}", rope_norm_case(mode, T, H, Hkv, D, rd, p0, qn, kn)
-    # rope inside attention (the opt-in BW24_ROPE_ATTN): qwen3's neox + qk-norm, llama's norm mode, partial
-    # rope, half cache, windows, across split units
-    for mode, T, Hkv, G, D, rd, p0, qk, half, win in (
-            ("neox", 1, 8, 4, 128, 128, 63, True, True, None), ("neox", 5, 8, 4, 128, 128, 4093, True, True, None),
-            ("neox", 16, 2, 4, 128, 128, c - 5, True, False, None), ("norm", 3, 2, 3, 64, 64, 700, False, False, None),
-            ("neox", 4, 2, 3, 64, 32, 90, True, False, 40), ("norm", 9, 2, 4, 128, 64, 2 * c - 4, False, True, None)):
-        yield f"rope in attn {mode} T={T} {Hkv * G}/{Hkv} D={D} rope_dim={rd} pos={p0}{' qk-norm' if qk else ''}" \
-              f"{' half-KV' if half else ''}{f' window={win}' if win else ''}", \
-            rope_attention_case(mode, T, Hkv, G, D, rd, p0, qk, half, win)
     yield "rope_kv+qknorm neox T=5 H=32/8 D=128 pos=4093 half-KV", rope_norm_case("neox", 5, 32, 8, 128, 128, 4093,
                                                                                    half=True)
     yield "rope_kv norm T=2 H=6/2 D=64 rope_dim=32 pos=77 half-KV", rope_norm_case("norm", 2, 6, 2, 64, 32, 77,

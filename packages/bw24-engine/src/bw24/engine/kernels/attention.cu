@@ -260,95 +260,14 @@ __device__ __forceinline__ void combine_head(const float* __restrict__ part_ml, 
     if (nd > 1 && d1 < DV) o[d1] = A1 / L;
 }
 
-// ---- rope in attention (ROPE = true; ops/cuda/attn.py rope_attention, BW24_ROPE_ATTN=1) ----------
-// The step's q and new keys arrive unrotated (rope_kv skipped): each block norms (qk-norm) and rotates
-// its G q heads, and every key of this step (positions >= pos[0]) it reads from the raw k / v rows
-// instead of the cache, rounded to KT as the cache would hold it; the block of the last live split of
-// token t stores key pos[0] + t into the cache. rope_kv's formula (rope.cu), one lane per PD
-// consecutive dims: a "norm" pair (2i, 2i+1) lies within a lane; a "neox" pair (i, i + rope_dim/2)
-// across lanes lane ^ (rope_dim / 2 / PD) (the host checks that this is a power of two).
-struct RopeArgs {
-    const float* k;       // raw k [T, Hkv, D] (after the projection, before norm / rotation)
-    const float* v;       // raw v [T, Hkv, DV]
-    const float* q_norm;  // [D] or null
-    const float* k_norm;  // [D] or null
-    float eps;
-    int rope_dim, neox;
-    const float2* tab;  // rope.cu rope_table: (cos a, sin a) per (position, pair)
-};
-
-// x: this lane's PD dims (lane * PD ..) of one head at position p, normed (nw) and rotated in place.
-template <int PD>
-__device__ __forceinline__ void rope_row(float (&x)[PD], const float* __restrict__ nw, float eps, int p, int rope_dim,
-                                         int neox, const float2* __restrict__ tab, int lane) {
-    constexpr int D = 32 * PD;
-    if (nw) {  // warp-uniform
-        float ss = 0.f;
-#pragma unroll
-        for (int e = 0; e < PD; ++e) ss += x[e] * x[e];
-        const float rn = rsqrtf(warp_sum(ss) / (float)D + eps);
-#pragma unroll
-        for (int e = 0; e < PD; ++e) x[e] = x[e] * rn * nw[lane * PD + e];
-    }
-    const int half = rope_dim / 2;
-    if (neox) {
-        const int off = half / PD;  // partner lane distance (a power of two)
-        float y[PD];
-#pragma unroll
-        for (int e = 0; e < PD; ++e) y[e] = __shfl_xor_sync(FULL_MASK, x[e], off);
-#pragma unroll
-        for (int e = 0; e < PD; ++e) {
-            const int d = lane * PD + e;
-            if (d < rope_dim) {
-                const bool first = d < half;
-                const int i = first ? d : d - half;
-                const float2 cs = tab[(i64)p * half + i];
-                const float c = cs.x, s = cs.y;
-                // (u, v) = (x_i, x_{i+half}) -> (u c - v s, v c + u s)
-                x[e] = first ? x[e] * c - y[e] * s : x[e] * c + y[e] * s;
-            }
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < PD; e += 2) {
-            const int d = lane * PD + e;
-            if (d < rope_dim) {
-                const float2 cs = tab[(i64)p * half + d / 2];
-                const float c = cs.x, s = cs.y;
-                const float u = x[e], v = x[e + 1];
-                x[e] = u * c - v * s;
-                x[e + 1] = v * c + u * s;
-            }
-        }
-    }
-}
-
-// This step's key j (token j - pos[0]) of kv head hk as the cache holds it: raw row, qk-norm, rotation
-// at position j, rounded to KT; and its value row rounded to KT.
-template <int PD, int PV, typename KT>
-__device__ __forceinline__ void new_key(const RopeArgs& ra, int j, int p0, int hk, int Hkv, int lane, float (&kr)[PD],
-                                        float (&vr)[PV]) {
-    const int tt = j - p0;
-    load_row<PD>(kr, ra.k + ((i64)tt * Hkv + hk) * (32 * PD) + lane * PD);
-    load_row<PV>(vr, ra.v + ((i64)tt * Hkv + hk) * (32 * PV) + lane * PV);
-    rope_row<PD>(kr, ra.k_norm, ra.eps, j, ra.rope_dim, ra.neox, ra.tab, lane);
-#pragma unroll
-    for (int e = 0; e < PD; ++e) kr[e] = kv_round(kr[e], (const KT*)nullptr);
-#pragma unroll
-    for (int e = 0; e < PV; ++e) vr[e] = kv_round(vr[e], (const KT*)nullptr);
-}
-
-template <int D, int DV, int G, int CH, typename KT = float, bool ROPE = false>
+template <int D, int DV, int G, int CH, typename KT = float>
 __global__ void ATTN_BOUNDS
 attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __restrict__ vc,
            const int* __restrict__ pos, int H, int Hkv, int S, float scale, float softcap, int window,
            int nsplit, float* __restrict__ part_ml, float* __restrict__ part_acc, float* __restrict__ out,
-           int* __restrict__ tickets, i8* __restrict__ xq, int2* __restrict__ xs, const float* __restrict__ rk,
-           const float* __restrict__ rv, const float* __restrict__ rqn, const float* __restrict__ rkn, float reps,
-           int rope_dim, int neox, const float2* __restrict__ rtab, KT* kcw, KT* vcw) {
+           int* __restrict__ tickets, i8* __restrict__ xq, int2* __restrict__ xs) {
     PDL_OPEN();
     constexpr int PD = D / 32, PV = DV / 32;
-    const RopeArgs ra{rk, rv, rqn, rkn, reps, rope_dim, neox, rtab};  // used when ROPE
     // keys per warp and round: K+V registers per lane KB*(PD+PV) <= 64
     constexpr int KB = (2048 / (D + DV)) < 8 ? (2048 / (D + DV)) : 8;
     static_assert(KB >= 1 && CH % (NW * KB) == 0, "CH must be a multiple of the keys per round");
@@ -398,20 +317,6 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
             for (int e = 0; e < PD; ++e) qr[g][e] = 0.f;
         }
     }
-    const int p0 = pos[0];
-    if constexpr (ROPE) {
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            if (g < gc) rope_row<PD>(qr[g], ra.q_norm, ra.eps, p, ra.rope_dim, ra.neox, ra.tab, lane);
-        if (j1 == p + 1 && w == 0 && qh0 == hk * G * HG) {  // the last live split of token t (first head group) stores its key and value
-            float kr[PD], vr[PV];
-            new_key<PD, PV, KT>(ra, p, p0, hk, Hkv, lane, kr, vr);
-#pragma unroll
-            for (int e = 0; e < PD; ++e) kv_store(kcw + ((i64)hk * S + p) * D + lane * PD + e, kr[e]);
-#pragma unroll
-            for (int e = 0; e < PV; ++e) kv_store(vcw + ((i64)hk * S + p) * DV + lane * PV + e, vr[e]);
-        }
-    }
 
     float m[G], l[G], acc[G][PV];
 #pragma unroll
@@ -424,7 +329,7 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
     const KT* vb = vc + (i64)hk * S * DV + lane * PV;
 #ifdef BW24_ATTN_PIPE  // CudaOps.attn_pipe (BW24_ATTN_PIPE=1), opt-in until measured: the next round's loads
     // go out before this round's math (RawRow), the same rows in the same order, so the same bits
-    constexpr bool PIPE = !ROPE && PD % 2 == 0 && PV % 2 == 0;
+    constexpr bool PIPE = PD % 2 == 0 && PV % 2 == 0;
 #else
     constexpr bool PIPE = false;
 #endif
@@ -465,12 +370,8 @@ attn_split(const float* __restrict__ q, const KT* __restrict__ kc, const KT* __r
 #pragma unroll
             for (int k = 0; k < KB; ++k) {
                 const int j = min(r0 + k, j1 - 1);
-                if (ROPE && j >= p0) {  // this step's key: not in the cache yet (warp-uniform)
-                    new_key<PD, PV, KT>(ra, j, p0, hk, Hkv, lane, kr[k], vr[k]);
-                } else {
-                    load_row<PD>(kr[k], kb + (i64)j * D);
-                    load_row<PV>(vr[k], vb + (i64)j * DV);
-                }
+                load_row<PD>(kr[k], kb + (i64)j * D);
+                load_row<PV>(vr[k], vb + (i64)j * DV);
             }
         }
 #ifdef BW24_ATTN_SUMS  // CudaOps.attn_sums (BW24_ATTN_SUMS=1), opt-in until measured

@@ -74,9 +74,6 @@ __device__ __forceinline__ float glu_act(float g, int act) {
 // Math stays fp32; a half cache rounds each stored k/v once (round to nearest even).
 __device__ __forceinline__ void kv_store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void kv_store(__half* p, float v) { *p = __float2half_rn(v); }
-// v as a cache of element KT holds it (the pointer only selects the overload).
-__device__ __forceinline__ float kv_round(float v, const float*) { return v; }
-__device__ __forceinline__ float kv_round(float v, const __half*) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ float kv_load(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float kv_load(const __half* p) { return __half2float(__ldg(p)); }
 // 4 consecutive elements (16-byte aligned floats / 8-byte aligned halves).

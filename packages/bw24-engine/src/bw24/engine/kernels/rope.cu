@@ -8,9 +8,9 @@
 //   (u, v) -> (u cos a - v sin a, v cos a + u sin a), pairs (2i, 2i+1) for "norm", (i, i+rope_dim/2)
 //   for "neox"; dims >= rope_dim pass unchanged. k_cache[hk, p] = rotated k, v_cache[hk, p] = v.
 // Angles in double (like the reference) so long positions keep their precision, computed once per
-// (position, pair) into a table by rope_table (ops/cuda/norm.py rope_table): rope_kv and the attention's
-// rope (attention.cu ROPE) read (cos a, sin a) there. In-kernel double pow/cos/sin cost ~47 us per 8B
-// prefill launch at T = 512, and inside every attention split block the 8B's decode step +1.4 ms (0d45897).
+// (position, pair) into a table by rope_table (ops/cuda/norm.py rope_table): rope_kv reads (cos a, sin a)
+// there. In-kernel double pow/cos/sin cost ~47 us per 8B prefill launch at T = 512, and inside every attention
+// split block (the rope inside attention, BW24_ROPE_ATTN, since removed) the 8B's decode step +1.4 ms (0d45897).
 // Thread-to-data mapping: block (t, head) with head < H for q and H <= head < H + Hkv for k (+v);
 // the D dims form D/2 slots: slot i < rope_dim/2 is rope pair i, slot i >= rope_dim/2 the pass-through
 // dims (rope_dim + 2(i - half), +1). Thread x holds slots x, x + blockDim, ... (at most RS) in

@@ -211,8 +211,9 @@ class Ops(ABC):
     def rope_attention(self, q: Any, k: Any, v: Any, pos: Any, k_cache: Any, v_cache: Any, *, rope: dict,
                        attn: dict) -> None:
         """rope_kv(q, k, v, pos, k_cache, v_cache, **rope), then attention(q, k_cache, v_cache, pos,
-        **attn): one op so that a backend may run both as one launch (cuda: the rotation inside the
-        attention kernel for decode / verify rows, CudaOps.rope_attn). q may be left unrotated then."""
+        **attn): one op so that a backend may run both as one launch (q may be left unrotated then). No
+        backend does now: cuda's rotation inside the attention kernel (BW24_ROPE_ATTN) was slower in every
+        step timed and is removed (docs/switches.md)."""
         self.rope_kv(q, k, v, pos, k_cache, v_cache, **rope)
         self.attention(q, k_cache, v_cache, pos, **attn)
 

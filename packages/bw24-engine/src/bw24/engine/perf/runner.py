@@ -201,7 +201,7 @@ class CellBench:
         r = CellResult(c, samples, kernels_per_token=self.kernels, vram_peak_bytes=self.vram.value)
         # The KV element is an engine setting (BW24_KV_DTYPE), not part of the cell: each row says which ran.
         r.extra["kv_dtype"] = np.dtype(getattr(self.model.kv.k[0], "dtype", np.float32)).name
-        # opt-in paths on for this run (BW24_ROPE_ATTN, BW24_ATTN_FUSE, ...): a row with other ones is another
+        # opt-in paths on for this run (BW24_ATTN_FUSE, BW24_NORM_FUSE, ...): a row with other ones is another
         # variant of the cell, with its own baseline (perf/baseline.py) and table line
         r.extra["opt_in"] = list(getattr(self.eng.ops, "opt_in", lambda: [])())
         if c.mode != "prefill":

@@ -15,13 +15,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ...errors import UnsupportedModelError
 from . import q8
-from .kernels import ATTN_CHUNKS, kv_arg, kv_elem  # CH values CI compiles (tuning-table choices)
+from .kernels import ATTN_CHUNKS, kv_arg  # CH values CI compiles (tuning-table choices)
 from .weights import NULL
 
 ATTN_CHUNK = 32  # CH: short contexts get one latency round of 32 keys per block (4 warps x 8 keys)
@@ -192,40 +191,6 @@ def plan_chunk(tuning, n_ctx: int, hkv: int, n_sm: int | None = None) -> int:
     return max(1, n_ctx // ns)
 
 
-@dataclass(frozen=True)
-class RopeFusion:
-    """rope_kv's work done inside attn_split (ROPE = true): the raw k / v rows of this step, the qk-norm
-    weights and the rotation's parameters (CudaOps.rope_attention)."""
-    k: Any
-    v: Any
-    q_norm: Any
-    k_norm: Any
-    eps: float
-    rope_dim: int
-    neox: bool
-    tab: Any  # norm.rope_table: (cos, sin) per (position, pair), as rope_kv reads them
-
-    def args(self, k_cache, v_cache) -> tuple:
-        return (self.k, self.v, NULL if self.q_norm is None else self.q_norm,
-                NULL if self.k_norm is None else self.k_norm, np.float32(self.eps or 0.0), np.int32(self.rope_dim),
-                np.int32(self.neox), self.tab, k_cache, v_cache)
-
-
-_NO_ROPE = (NULL, NULL, NULL, NULL, np.float32(0.0), np.int32(0), np.int32(0), NULL, NULL, NULL)
-
-
-def rope_fusable(D: int, Dv: int, rope_dim: int, mode: str) -> bool:
-    """attn_split can rotate in place of rope_kv: whole rope pairs per lane ("norm": PD = D / 32 even) or a
-    power-of-two partner-lane distance ("neox": rope_dim / 2 / PD)."""
-    pd = D // 32
-    if D % 32 or Dv % 32 or rope_dim % 2 or not 0 < rope_dim <= D or pd % 2:
-        return False
-    if mode == "neox":
-        half = rope_dim // 2
-        return half % pd == 0 and (half // pd) & (half // pd - 1) == 0
-    return mode == "norm"
-
-
 DEC_MMA_DIMS = (64, 128)  # D = Dv that attention_dec_mma.cu's fragments take (multiples of 32 <= 128, compiled)
 DEC_MMA_ALL = -1  # CudaOps.attn_dec_mma for BW24_ATTN_DEC_MMA=all: every row on tensor cores, no attn_split launch
 # BW24_ATTN_DEC_MMA unset: models with DEC_MMA_MIN_G or more q heads a kv head run rows past DEC_MMA_KEYS live keys
@@ -251,15 +216,14 @@ def dec_mma_default(n_head: int, n_head_kv: int) -> int:
     return DEC_MMA_KEYS if n_head_kv > 0 and n_head // n_head_kv >= DEC_MMA_MIN_G else 0
 
 
-def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, rope, fused: bool) -> int | None:
+def dec_mma_from(cu, k_cache, D: int, Dv: int, G: int, fused: bool) -> int | None:
     """BW24_ATTN_DEC_MMA's KEYS for this call (CudaOps.attn_dec_mma): rows with more live keys take pass 1 on
     tensor cores (attention_dec_mma.cu), the others attn_split; 0 for `all` (every row); None: every row on
     attn_split. Only where the mma kernel has the case: a float16 cache, D = Dv in DEC_MMA_DIMS (multiples of 32:
-    a row's only split writes the output a warp a 32-dim group, as attn_split's), G <= 8, no rope inside, and
-    pass 2 as its own launch (attn_combine). Why: kernels/attention_dec_mma.cu."""
+    a row's only split writes the output a warp a 32-dim group, as attn_split's), G <= 8, and pass 2 as its own
+    launch (attn_combine). Why: kernels/attention_dec_mma.cu."""
     v = int(getattr(cu, "attn_dec_mma", 0) or 0)
-    ok = (v != 0 and rope is None and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS
-          and G <= 8)
+    ok = v != 0 and not fused and k_cache.dtype == np.float16 and D == Dv and D in DEC_MMA_DIMS and G <= 8
     return (0 if v == DEC_MMA_ALL else v) if ok else None
 
 
@@ -288,7 +252,7 @@ def dec_mma_launches(cu, frm: int | None, T: int, window) -> tuple[bool, bool]:
     return not (T == 1 and not window and depth.keys >= frm), True
 
 
-def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope: RopeFusion | None = None) -> None:
+def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out) -> None:
     T, H, D = q.shape
     Hkv, S, Dv = v_cache.shape
     G = H // Hkv
@@ -303,7 +267,7 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     if forced is not None:
         override = {"fuse_combine": int(forced), **(override or {})}
     fused = fuse_combine(tuning, override)
-    frm = dec_mma_from(cu, k_cache, D, Dv, G, rope, fused)
+    frm = dec_mma_from(cu, k_cache, D, Dv, G, fused)
     # with the tensor-core pass 1 one block a kv head (all its q heads) and DEC_MMA_SPLITS splits (the 32B's d4096:
     # 8 x 33 = 264 blocks); rows of up to 32 x ns keys split the same at any ns (chunks of 32), so the shallow rows
     # keep their bits whichever count a model takes
@@ -325,15 +289,13 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
     tickets = cu._buf("attn_tickets", max(T, 16) * max(Hkv, 8) * hg, np.int32, zeroed=True) if fused else NULL
     w = np.int32(window or 0)
     kt = kv_arg(k_cache, v_cache)  # a half KV cache: attn_split<..., __half>
-    name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>" if rope is None else \
-        f"attn_split<{D},{Dv},{Gb},{ch},{kv_elem(k_cache, v_cache)},true>"
+    name = f"attn_split<{D},{Dv},{Gb},{ch}{kt}>"
     run_split, run_mma = dec_mma_launches(cu, frm, T, window)
     if run_split:  # (with frm: built to return for the rows over frm live keys)
         extra = (("BW24_ATTN_DEC_MMA", frm),) if frm else ()
         cu._launch(cu._k_with("attention.cu", name, extra), (Hkv * hg, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
-                    np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs,
-                    *(_NO_ROPE if rope is None else rope.args(k_cache, v_cache))))
+                    np.float32(softcap or 0.0), w, np.int32(ns), ml, acc, out, tickets, xq, xs))
     if run_mma:  # the rows over frm live keys: pass 1 on tensor cores, every kv head's G q heads in one block
         cu._launch(cu._k("attention_dec_mma.cu", f"attn_dec_mma<{D},{Dv},{G},{ch}>"), (Hkv, ns, T), 128,
                    (q, k_cache, v_cache, pos, np.int32(H), np.int32(Hkv), np.int32(S), np.float32(scale),
@@ -352,6 +314,6 @@ def attention(cu, q, k_cache, v_cache, pos, *, scale, softcap, window, out, rope
 
 __all__ = ["ATTN_CHUNK", "ATTN_CHUNKS", "ATTN_SPACE", "BLOCK_HEADS", "DEC_MMA_DIMS", "FEW_KV_HEADS", "MANY_Q_HEADS", "DEPTH_DEFAULT",
            "DEC_MMA_ALL", "DEC_MMA_KEYS", "DEC_MMA_MIN_G", "DEC_MMA_SPLITS", "DEC_MMA_TILE",
-           "dec_mma_default", "dec_pipe_smem", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "RopeFusion", "attention",
-           "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk", "rope_fusable",
+           "dec_mma_default", "dec_pipe_smem", "dec_mma_from", "dec_mma_launches", "depth_in_force", "SPLIT_HEADS", "attention",
+           "attn_geometry", "block_heads_of", "fuse_combine", "head_groups", "plan_chunk",
            "split_units"]

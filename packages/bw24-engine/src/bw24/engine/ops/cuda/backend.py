@@ -245,13 +245,6 @@ class CudaOps(Ops):
     # (17,494 / 17,404 pp512, 14,739 / 14,808 pp4096). BW24_ATTN_MMA_SPLIT=0 turns it off (perf rows
     # "no_attn_mma_split").
     attn_mma_split = os.environ.get("BW24_ATTN_MMA_SPLIT", "1") != "0"
-    # RoPE (and the qk-norm) inside the decode / verify attention kernel instead of a rope_kv launch per
-    # layer (ops/cuda/attn.py RopeFusion, kernels/attention.cu ROPE). Opt-in. At 0d45897 it was green
-    # (kernel_check, run-gen MATCH, verify rows bit-identical) but slow: the 8B at 281 vs 457 tok/s, the
-    # 0.6B at 593 vs 1095, since every split block evaluated double pow / cos / sin for its G q heads on
-    # the H200's FP64 units. The angles now come from norm.rope_table (as rope_kv's do): at ca80b31 still
-    # slower, the 8B 441.0 vs 470.4 tok/s, the 0.6B 1039 vs 1128 (evidence/perf_h200_ca80b31_variants.log).
-    rope_attn = os.environ.get("BW24_ROPE_ATTN", "0") == "1"
     # Attention's pass 2 inside attn_split's last split block (ops/cuda/attn.py fuse_combine: one
     # attn_combine launch per layer fewer, the same bits), now with the output's int8 quantization too.
     # The tuning table leaves it off (tune_attention at ddfc1fd timed it eagerly, before PDL and graphs of
@@ -578,7 +571,7 @@ class CudaOps(Ops):
                                       (f"moe_mm_kg_{self.moe_mm_kg_env}", self.moe_mm_kg_env != "4"),
                                       ("no_xh_regs", not self.xh_regs), ("no_deq_staged", not self.deq_staged),
                                       ("no_prefill_overlap", not self.prefill_overlap),
-                                      ("rope_attn", self.rope_attn), ("no_attn_q8", not self.attn_q8_env),
+                                      ("no_attn_q8", not self.attn_q8_env),
                                       ("no_pdl", not self.pdl_env),
                                       (f"q8_min_k_{Q8_MIN_K}", Q8_MIN_K != Q8_MIN_K_DEFAULT),
                                       ("no_draft_q8", not self.draft_q8),
@@ -1210,24 +1203,6 @@ class CudaOps(Ops):
         assert k_cache.shape == (Hkv, S, D) and out.shape == (T, H, Dv)
         # split-K decode/verify kernels, geometry a function of S only (ops/cuda/attn.py)
         _attn.attention(self, q, k_cache, v_cache, pos, scale=scale, softcap=softcap, window=window, out=out)
-
-    def rope_attention(self, q, k, v, pos, k_cache, v_cache, *, rope, attn):
-        """Decode / verify rows (T <= 16) with rope_attn on and a fusable rotation: one attention launch
-        that also norms and rotates q and this step's keys and stores them (ops/cuda/attn.py RopeFusion);
-        otherwise rope_kv, then attention."""
-        T, H, D = q.shape
-        Dv = v_cache.shape[2]
-        if rope["mode"] not in ROPE_MODES:
-            raise ValueError(f"rope mode {rope['mode']!r} not in {ROPE_MODES}")
-        if self.rope_attn and T <= QMV_NT[-1] and _attn.rope_fusable(D, Dv, rope["rope_dim"], rope["mode"]):
-            check_qk_norm(rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps"))
-            tab = _norm.rope_table(self, rope["base"], rope["freq_scale"], rope["rope_dim"], k_cache.shape[1])
-            fusion = _attn.RopeFusion(k, v, rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps") or 0.0,
-                                      rope["rope_dim"], rope["mode"] == "neox", tab)
-            a = {key: val for key, val in attn.items() if key != "n_keys"}
-            _attn.attention(self, q, k_cache, v_cache, pos, **a, rope=fusion)
-            return
-        Ops.rope_attention(self, q, k, v, pos, k_cache, v_cache, rope=rope, attn=attn)
 
     def _attention_prefill(self, q, k_cache, v_cache, pos, *, scale, softcap, window, out, n_keys=None):
         from . import attn_gemm, attn_mma

@@ -51,10 +51,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # + extern "C" quantize_x, glu_q8, round_x_q8
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES
                           for kt in ("", ",__half"))  # fp32 and fp16 KV caches
-    + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:])  # table choices
-    # rope inside attention (BW24_ROPE_ATTN): the 8B's and a small model's shapes, both cache elements
-    + tuple(f"attn_split<{d},{d},{g},{ATTN_CHUNKS[0]},{kt},true>" for d, g in ((128, 4), (64, 3))
-            for kt in ("float", "__half")),
+    + tuple(f"attn_split<128,128,{g},{c}>" for g in (2, 4, 8) for c in ATTN_CHUNKS[1:]),  # table choices
     "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV),  # (+ fused quantize_x)
     "rope.cu": ("rope_kv<float>", "rope_kv<__half>"),  # the KV-cache element
     "elementwise.cu": (),

@@ -19,10 +19,12 @@
 #define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 
+// The previous stage's value is read through L2 (__ldcg): L1 is not coherent across blocks, and a persistent
+// kernel's block may hold a stale line of it from two stages back.
 __device__ __forceinline__ void step(float* buf, int nb, int s) {
     const int b = blockIdx.x;
     const float* prev = buf + ((s + 1) & 1) * nb;
-    buf[(s & 1) * nb + b] = prev[(b + 1) % nb] + 1.0f;
+    buf[(s & 1) * nb + b] = __ldcg(prev + (b + 1) % nb) + 1.0f;
 }
 
 // One stage as a kernel. Both griddepcontrol instructions are no-ops without the PDL launch attribute.
@@ -81,11 +83,7 @@ __device__ __forceinline__ void grid_barrier_ar(unsigned* ctr, unsigned target) 
 
 extern "C" __global__ void persistent_ar(float* buf, int nb, int n, unsigned* ctr) {
     for (int s = 0; s < n; ++s) {
-        if (threadIdx.x == 0) {
-            // the previous phase's value through L2 (__ldcg): L1 is not coherent across blocks
-            const float* prev = buf + ((s + 1) & 1) * nb;
-            buf[(s & 1) * nb + blockIdx.x] = __ldcg(prev + (blockIdx.x + 1) % nb) + 1.0f;
-        }
+        if (threadIdx.x == 0) step(buf, nb, s);
         grid_barrier_ar(ctr, (unsigned)nb * (unsigned)(s + 1));
     }
 }

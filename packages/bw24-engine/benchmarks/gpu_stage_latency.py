@@ -162,7 +162,6 @@ def _matvec_rows(cp, mod, s, n: int, nb: int, rows: dict, graph_of) -> None:
         "matvec: graph, PDL (weights before the wait)": graph_of(lambda: chain(True)),
         "matvec: persistent, loads after the barrier": persistent(0),
         "matvec: persistent, loads before the barrier": persistent(1)})
-    del w
 
 
 if __name__ == "__main__":

@@ -244,11 +244,34 @@ def test_graph_replay_equals_eager_equals_cpu_over_256_steps(tiny_model):
     ids = [int(i) for i in np.random.default_rng(0).integers(5, 500, 9)]
     graph = greedy_decode(gpu.model, ids, 256, ahead=4)
     assert gpu.ops.weight_bytes > 0
+    assert greedy_decode(gpu.model, ids, 256, ahead=1) == graph  # BW24_DECODE_LAG's default: pinned late reads
+    assert greedy_decode(gpu.model, ids, 256, ahead=0) == graph  # the host waits for each token
     gpu.ops.use_graphs = False
     eager = greedy_decode(gpu.model, ids, 256)
     assert graph == eager
     cpu = Engine.load(str(tiny_model), backend="cpu", n_ctx=320, progress=False)
     assert graph[:32] == greedy_decode(cpu.model, ids, 32)
+
+
+def test_to_host_later_reads_what_the_work_queued_before_it_left():
+    """ops.to_host_later (the decode loop's read of token n while step n + 1 is queued): the value as of the call,
+    not as work queued after it leaves the buffer; a read waited on after its pinned slot went to a later read
+    raises instead of returning that read's bytes."""
+    from bw24.engine.ops.cuda import CudaOps
+    from bw24.engine.ops.cuda.readback import SLOTS
+
+    ops = CudaOps()
+    a = ops.zeros((1,), np.int32)
+    ops.copy_from_host(a, np.array([7], np.int32))
+    first = ops.to_host_later(a)
+    ops.copy_from_host(a, np.array([9], np.int32))  # queued after the read
+    assert first()[0] == 7 and ops.to_host(a)[0] == 9
+    reads = [ops.to_host_later(a) for _ in range(SLOTS + 1)]
+    assert reads[-1]()[0] == 9
+    with pytest.raises(RuntimeError, match="reused its pinned slot"):
+        reads[0]()
+    with pytest.raises(ValueError, match="at most"):
+        ops.to_host_later(ops.zeros((64,), np.int32))
 
 
 def _classed_decode(tiny_model, ids, variant: str = ""):

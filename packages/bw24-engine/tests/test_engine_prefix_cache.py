@@ -80,16 +80,21 @@ def test_canary_off_by_one_n_keep_is_caught(eng):
         del eng.cached_prefix
 
 
-def test_early_close_records_only_fed_tokens(eng):
+@pytest.mark.parametrize("lag", [0, 1])
+def test_early_close_records_only_fed_tokens(eng, monkeypatch, lag):
+    """BW24_DECODE_LAG=0: the third token was yielded but never fed. 1 (the default): the step that feeds it was
+    queued before the host read it, so the KV holds it and the record says so."""
+    monkeypatch.setenv("BW24_DECODE_LAG", str(lag))
     ids1 = eng.tokenizer.encode("Once upon a time", add_special=True)
     it = eng.generate(ids1, max_tokens=20)
     toks = [next(it).token_id for _ in range(3)]
-    it.close()  # the third token was yielded but never fed
-    assert eng.kv_history.ids == ids1 + toks[:2] and eng.model.kv.n_past == len(ids1) + 2
+    it.close()
+    fed = 2 + lag
+    assert eng.kv_history.ids == ids1 + toks[:fed] and eng.model.kv.n_past == len(ids1) + fed
     ids2 = ids1 + toks + eng.tokenizer.encode(" there", add_special=False)
-    assert eng.cached_prefix(ids2) == len(ids1) + 2
+    assert eng.cached_prefix(ids2) == len(ids1) + fed
     got = _run(eng.generate(ids2, max_tokens=6, reuse_prefix=True, top_logprobs=TOP))
-    assert eng.last_stats.cached_tokens == len(ids1) + 2
+    assert eng.last_stats.cached_tokens == len(ids1) + fed
     assert_same_as_fresh(got, _run(eng.generate(ids2, max_tokens=6, top_logprobs=TOP)))
 
 

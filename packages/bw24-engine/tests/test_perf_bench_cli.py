@@ -33,6 +33,7 @@ def test_cpu_run_appends_rows_and_table(tmp_path, cache, capsys):
     assert dec["roofline_pct"] is None and "no ceiling for this device" in dec["roofline_note"]
     assert dec["kernels_per_token"] is None and dec["vram_peak_bytes"] is None  # not countable on the CPU
     assert dec["device"] == device_name("cpu") and dec["git"] and "time" in dec
+    assert dec["decode_lag"] == 1 and "decode_lag" not in pre  # the generation loop's way (BW24_DECODE_LAG)
     out = capsys.readouterr().out
     assert "perf-ci: NEW" in out
     # each row followed by where its wall time went: model (cache / synthesis), load, warmup, bw24's reps
@@ -41,6 +42,15 @@ def test_cpu_run_appends_rows_and_table(tmp_path, cache, capsys):
     assert all(float(v) >= 0 for w in walls for v in w.split()[3::2])
     assert main(["bench", "--table", "--perf-file", str(tmp_path / "perf.jsonl")]) == 0
     assert "| qwen3-tiny-q8_0-tg4@d8 |" in capsys.readouterr().out
+
+
+def test_decode_lag_0_is_a_variant_of_its_own(tmp_path, cache, monkeypatch):
+    """BW24_DECODE_LAG=0 (the host waits for each token, as llama-bench): the row says so and, as an opt-in
+    variant, never enters the default rows' baseline."""
+    monkeypatch.setenv("BW24_DECODE_LAG", "0")
+    assert bench(tmp_path, cache) == 0
+    dec = read_rows(tmp_path / "perf.jsonl")[0]
+    assert dec["decode_lag"] == 0 and dec["opt_in"] == ["decode_lag_0"]
 
 
 def test_a_run_cut_short_keeps_the_rows_of_the_cells_it_measured(tmp_path, cache, monkeypatch, capsys):

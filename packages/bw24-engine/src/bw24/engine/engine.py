@@ -14,6 +14,7 @@ import numpy as np
 from .chat_fallback import fallback_template
 from .errors import BadInputError, EmptyPromptError, PromptTooLongError
 from .generate import GenerationEvent, GenerationStats, check_request, generate
+from .graph import decode_lag
 from .kv_cache import KVHistory
 from .kv_cache import kv_dtype as kv_cache_dtype
 from .models import model_class
@@ -167,6 +168,7 @@ class Engine:
         if max_batch is not None and max_batch <= 0:
             raise BadInputError(f"max_batch={max_batch} (must be > 0)")
         tok = Tokenizer.from_gguf(f)
+        decode_lag()  # BW24_DECODE_LAG refused here, naming itself, rather than at the first generation
         ops = get_ops(backend)
         # A forward never takes more tokens than the context holds: the activation buffers (models/common
         # Buffers, ~184 KB a token for the 8B) are sized by max_batch, so a short context (a decode cell's

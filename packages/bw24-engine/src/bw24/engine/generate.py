@@ -20,6 +20,7 @@ from .errors import (
     PromptTooLongError,
     StaleCacheError,
 )
+from .graph import StepQueue, decode_lag
 from .kv_cache import KVHistory
 from .models.common import Transformer
 from .sampling import SamplingParams, log_softmax
@@ -154,26 +155,52 @@ def generate(
         ops.sample(row, params, kv.pos, out=token, counts=counts)
 
     decode = ops.capture(step, keys=lambda: kv.n_past)  # (BW24_ATTN_DEPTH's class: the keys after reserve)
+    # Step n + 1 is queued before the host waits for token n when it may follow (graph.decode_lag): a token that
+    # then ends the generation leaves one step too many, undone by drop_queued_step. With logprobs the host reads
+    # the logits row before the step that overwrites it, so it waits for each token.
+    lag = 0 if want_lp else decode_lag()
+    q = StepQueue(model, decode)
+    q.read()  # the prompt's sample
     matcher = StopMatcher(stop)
     n = 0
     while True:
         lp = top = None
+        past = kv.n_past  # the positions cached before this token is fed
+        last = n + 1 >= max_tokens or past >= kv.n_ctx  # this token ends the generation whatever it is
+        if lag and not last:
+            q.push()  # feeds this token, samples the next
         if want_lp:
             lps = log_softmax(ops.to_host(row))
-        tok = int(ops.to_host(token)[0])
+        tok = q.pop()
         n += 1
         if want_lp:
             lp = float(lps[tok])
             if top_logprobs > 0:
                 best = np.argsort(-lps, kind="stable")[:top_logprobs]
                 top = tuple((int(i), float(lps[i])) for i in best)
-        finish, text = step_text(tok, end_ids, matcher, detokenizer, n >= max_tokens or kv.n_past >= kv.n_ctx)
+        finish, text = step_text(tok, end_ids, matcher, detokenizer, last)
+        ahead = kv.n_past > past  # the step that feeds this token is queued
         if finish:
+            if ahead:  # a step queued past the end
+                mine = drop_queued_step(kv, past, history, mine)
             st.n_generated, st.decode_s, st.finish_reason = n, time.perf_counter() - t1, finish
+        elif ahead and history is not None and kv.epoch == mine:
+            history.ids.append(tok)
         yield GenerationEvent(tok, text, lp, top, finish)
         if finish:
             return
-        kv.reserve(1)
-        decode()
-        if history is not None and kv.epoch == mine:
-            history.ids.append(tok)
+        if not ahead:  # lag 0 (or logprobs): feed this token now, as the consumer asks for the next
+            q.push()
+            if history is not None and kv.epoch == mine:
+                history.ids.append(tok)
+
+
+def drop_queued_step(kv, past: int, history: KVHistory | None, mine: int) -> int:
+    """Undo the step queued after the generation's last token (it fed that token and sampled one more): the
+    cache back to `past` positions, and the history record, if still this generation's, moved to the new epoch.
+    Returns the generation's epoch."""
+    own = history is not None and kv.epoch == mine
+    kv.reset(past)
+    if own:
+        history.epoch = kv.epoch
+    return kv.epoch

@@ -4,16 +4,32 @@ kernels (ops.advance in the forward, ops.sample writing buf.ids), so the host on
 token, and may queue several replays before reading (stop conditions are seen a few tokens late and
 the extra tokens dropped).
 
-greedy_decode() is the plain loop used by tests and benches; Engine.generate runs the same step.
+greedy_decode() is the plain loop used by tests; Engine.generate and the perf bench run the same step through the
+same StepQueue, queuing step n + 1 before the host waits for token n (BW24_DECODE_LAG, decode_lag()).
 """
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Sequence
 
-import numpy as np
-
 from .sampling import SamplingParams
+
+DECODE_LAG_ENV = "BW24_DECODE_LAG"
+
+
+def decode_lag() -> int:
+    """BW24_DECODE_LAG: decode steps queued past the token the host waits for. 1 (the default): step n + 1 is
+    queued before the host reads token n, so the GPU does not idle while the host reads the token, wakes and
+    queues the next replay (an H100 at 7f01f4c: back-to-back replays took 601 us a token for the 0.6B and the
+    bench's wait-for-each-token loop 691 us; the 8B's d4096 2,607 against 2,652). 0: the host waits for each
+    token before it queues the next step, as llama-bench does. The tokens are the same either way."""
+    v = os.environ.get(DECODE_LAG_ENV, "1")
+    if v not in ("0", "1"):
+        raise ValueError(f"{DECODE_LAG_ENV}={v!r}: use 1 (the default: step n + 1 queued before the host reads "
+                         "token n) or 0 (the host waits for each token before it queues the next step)")
+    return int(v)
 
 
 def decode_step(model, params: SamplingParams, counts=None):
@@ -28,27 +44,50 @@ def decode_step(model, params: SamplingParams, counts=None):
     return step
 
 
-def greedy_decode(model, prompt: Sequence[int], n: int, *, ahead: int = 1) -> list[int]:
-    """n greedy tokens after prompt from a fresh context. `ahead` replays are queued before the
-    host reads their tokens (the tokens are identical for any ahead; only host waits change)."""
+class StepQueue:
+    """Replays of a captured decode step and the host's reads of the tokens they sample, in order. push() queues
+    one step (kv.reserve(1), then the replay: it feeds the token buffer's id and samples the next one into it) and a
+    late read of that sample (ops.to_host_later); pop() waits for the oldest read alone. So the host may queue step
+    n + 1 before it waits for token n. The tokens are the same however many are queued: only the host's waits move."""
+
+    def __init__(self, model, run) -> None:
+        self.ops, self.kv, self.run = model.ops, model.kv, run
+        self.token = model.buf.view(1).ids
+        self.reads: deque = deque()
+
+    def __len__(self) -> int:
+        return len(self.reads)
+
+    def read(self) -> None:
+        """Queue a read of the token buffer as the work queued so far leaves it (the prompt's sample: no step)."""
+        self.reads.append(self.ops.to_host_later(self.token))
+
+    def push(self) -> None:
+        self.kv.reserve(1)
+        self.run()
+        self.read()
+
+    def pop(self) -> int:
+        return int(self.reads.popleft()()[0])
+
+
+def greedy_decode(model, prompt: Sequence[int], n: int, *, ahead: int | None = None) -> list[int]:
+    """n greedy tokens after prompt from a fresh context. `ahead`: steps queued past the token the host waits
+    for (None: decode_lag(); 0: the host waits for each token before it queues the next step). The tokens are
+    identical for any ahead; only host waits change."""
     ops, kv, buf = model.ops, model.kv, model.buf
     params = SamplingParams()
     kv.reset()
     model.feed(list(prompt))
-    token = buf.view(1).ids
-    ops.sample(buf.logits[0], params, kv.pos, out=token)
+    ops.sample(buf.logits[0], params, kv.pos, out=buf.view(1).ids)
     run = ops.capture(decode_step(model, params), keys=lambda: kv.n_past)  # (BW24_ATTN_DEPTH's class)
-    out = [int(ops.to_host(token)[0])]
-    hist = ops.zeros((max(n, 1),), np.int32) if ahead > 1 else None
+    lag = decode_lag() if ahead is None else ahead
+    q = StepQueue(model, run)
+    q.read()
+    out, queued = [], 1
     while len(out) < n:
-        k = min(ahead, n - len(out))
-        for i in range(k):
-            kv.reserve(1)
-            run()
-            if hist is not None:
-                ops.copy_device(hist[i:i + 1], token)
-        if hist is None:
-            out.append(int(ops.to_host(token)[0]))
-        else:
-            out.extend(int(t) for t in ops.to_host(hist[:k]))
+        while queued < n and len(q) <= lag:
+            q.push()
+            queued += 1
+        out.append(q.pop())
     return out

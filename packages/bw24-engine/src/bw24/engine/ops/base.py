@@ -95,6 +95,13 @@ class Ops(ABC):
     def to_host(self, a: Any) -> np.ndarray:
         """A host (NumPy) copy of a backend array; synchronizes with pending work."""
 
+    def to_host_later(self, a: Any) -> Callable[[], np.ndarray]:
+        """A read of `a` as the work queued so far leaves it, started now: the returned callable waits for that
+        read alone (not for work queued after this call) and returns the host copy. The decode loop queues step
+        n + 1 before it waits for token n (graph.StepQueue). Synchronous backends copy at once."""
+        out = self.to_host(a)
+        return lambda: out
+
     @abstractmethod
     def copy_from_host(self, dst: Any, src: np.ndarray) -> None:
         """dst[...] = src (same shape and dtype)."""

@@ -107,7 +107,7 @@ class CellBench:
 
     # ---- decode ---------------------------------------------------------------------------------
     def _decode_setup(self) -> None:
-        from ..graph import decode_step
+        from ..graph import decode_lag, decode_step
         from ..sampling import SamplingParams
 
         m = self.model
@@ -117,17 +117,25 @@ class CellBench:
         self.token = m.buf.view(1).ids
         self.ops.sample(m.buf.logits[0], SamplingParams(), m.kv.pos, out=self.token)
         self._step = decode_step(m, SamplingParams())
+        self.lag = decode_lag()
         self._run = self.ops.capture(self._step, keys=lambda: m.kv.n_past)  # (BW24_ATTN_DEPTH's class)
 
     def _decode_rep(self) -> float:
+        """The generation loop's way (generate.py): the host reads every token, step n + 1 queued before it waits
+        for token n (BW24_DECODE_LAG=0: it waits for each token first, as llama-bench does)."""
+        from ..graph import StepQueue
+
         m, ops = self.model, self.ops
         m.kv.reset(self.base)
         ops.synchronize()
+        q = StepQueue(m, self._run)
         t = time.perf_counter()
         for _ in range(self.cell.tokens):
-            m.kv.reserve(1)
-            self._run()
-            ops.to_host(self.token)  # like llama-bench: the host waits for every token
+            q.push()
+            if len(q) > self.lag:
+                q.pop()
+        while len(q):
+            q.pop()
         return self.cell.tokens / (time.perf_counter() - t)
 
     def _count_decode_kernels(self) -> int | None:
@@ -204,6 +212,10 @@ class CellBench:
         # opt-in paths on for this run (BW24_ATTN_FUSE, BW24_NORM_FUSE, ...): a row with other ones is another
         # variant of the cell, with its own baseline (perf/baseline.py) and table line
         r.extra["opt_in"] = list(getattr(self.eng.ops, "opt_in", lambda: [])())
+        if c.mode == "decode":  # the loop's lag (rows written before 2026-12-07 carry none: they ran lag 0)
+            r.extra["decode_lag"] = self.lag
+            if self.lag == 0:
+                r.extra["opt_in"].append("decode_lag_0")
         if c.mode != "prefill":
             kv_elem = np.dtype(r.extra["kv_dtype"]).itemsize
             tr = decode_traffic(self.eng.gguf, self.model.cfg, c.depth, c.tokens, kv_elem)

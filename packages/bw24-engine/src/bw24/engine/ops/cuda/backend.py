@@ -693,6 +693,7 @@ class CudaOps(Ops):
         self.weight_bytes = 0
         self.use_graphs = use_graphs
         self._host_synced = False  # set by an op that had to read the device (not capturable)
+        self._reads = None  # readback.PinnedReads, made at the first to_host_later
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
         # prefill GEMM: "fp16", "auto" or "split" (fp32-like) (ops/cuda/prefill.py; BW24_PREFILL, above)
         self.prefill_precision = self.prefill_env
@@ -837,6 +838,15 @@ class CudaOps(Ops):
         out = a.get(stream=self.stream)
         self.stream.synchronize()
         return out
+
+    def to_host_later(self, a):
+        if self._capturing:
+            raise RuntimeError("to_host_later inside a captured step (a graph cannot hold the host's read)")
+        if self._reads is None:
+            from .readback import PinnedReads
+
+            self._reads = PinnedReads(self.cp, self.stream)
+        return self._reads.read(a)
 
     def round_to(self, a, dtype):
         self._q8_ready = None

@@ -1,0 +1,115 @@
+"""Where a decode token's time goes between the replayed step and the loop around it: the same captured step timed
+in five loops, interleaved, on one model.
+
+python packages/bw24-engine/benchmarks/gpu_loop_gap.py PRESET[:QUANT[:DEPTH]]... [--tokens N] [--rounds R]
+
+- queued, no sampler: the step's replays queued back to back, its argmax_sample left out (gpu_knockout.py's
+  "whole step": the token stays the one sampled before the timing);
+- queued: the same with the sampler;
+- queued, reads: each replay followed by its token's late read (ops.to_host_later), waited on 32 steps late;
+- lag 1: the generation loop's (graph.StepQueue, BW24_DECODE_LAG=1): step n + 1 queued before the wait for token n;
+- lag 0: the host waits for each token before it queues the next step (as llama-bench does).
+
+The differences name the costs: the sampler (row 2 - row 1), the reads between replays (3 - 2), the host's waits
+with one step queued (4 - 3) and with none (5 - 3). On an H100 at 7f01f4c the 0.6B's knockout "whole step" took
+601 us a token at depth 0, the perf bench's loop 691 (lag 0) and 679 (lag 1, 5e2d592): this says which part the
+other ~80 us is. A diagnostic: it writes no perf row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def loops(m, ops, run, n: int):
+    from bw24.engine.graph import StepQueue
+
+    def queued():
+        for _ in range(n):
+            m.kv.reserve(1)
+            run()
+        ops.synchronize()
+
+    def lagged(lag: int):  # (32 stands for "none": the pinned ring holds 64 reads)
+        def go():
+            q = StepQueue(m, run)
+            for _ in range(n):
+                q.push()
+                if len(q) > lag:
+                    q.pop()
+            while len(q):
+                q.pop()
+        return go
+
+    return {"queued": queued, "queued, reads": lagged(32), "lag 1": lagged(1), "lag 0": lagged(0)}
+
+
+def captured(m, ops, params, base: int):
+    """The step captured (eager, capture, one replay), the cache then back at `base` positions."""
+    from bw24.engine.graph import decode_step
+
+    r = ops.capture(decode_step(m, params), keys=lambda: m.kv.n_past)
+    for _ in range(3):
+        m.kv.reserve(1)
+        r()
+    ops.synchronize()
+    m.kv.reset(base)
+    return r
+
+
+def measure(spec: str, tokens: int, rounds: int) -> list[str]:
+    import numpy as np
+    from bw24.engine import Engine
+    from bw24.engine.sampling import SamplingParams
+    from gpu_knockout import knock_out, unknock
+    from gpu_profile import model_file, parse_spec
+
+    preset, quant, depth = parse_spec(spec)
+    eng = Engine.load(model_file(preset, quant), backend="cuda", n_ctx=depth + tokens + 64, progress=False)
+    m, ops = eng.model, eng.ops
+    prompt = np.random.default_rng(0).integers(10, m.cfg.n_vocab - 10, size=max(depth, 1)).tolist()
+    params, base = SamplingParams(), max(depth, 1)
+    m.feed(prompt)
+    ops.sample(m.buf.logits[0], params, m.kv.pos, out=m.buf.view(1).ids)
+    arms = loops(m, ops, captured(m, ops, params, base), tokens)
+    skipped = knock_out(ops, ("argmax_sample",))
+    try:
+        nosample = captured(m, ops, params, base)  # a graph of its own, captured without the sampler's launch
+    finally:
+        unknock(ops)
+    arms["queued, no sampler"] = loops(m, ops, nosample, tokens)["queued"]
+    times: dict[str, list[float]] = {k: [] for k in arms}
+    for _ in range(rounds):
+        for k, go in arms.items():
+            m.kv.reset(base)
+            ops.synchronize()
+            t = time.perf_counter()
+            go()
+            times[k].append((time.perf_counter() - t) * 1e6 / tokens)
+    name = f"{Path(str(preset)).name.removesuffix('.gguf')}-{quant}_d{depth}"
+    lines = [f"## loop gap {name}: {tokens} tokens a loop, median of {rounds} rounds interleaved (sampler "
+             f"launches left out of the no-sampler graph: {sum(skipped.values())})"]
+    for k in ("queued, no sampler", "queued", "queued, reads", "lag 1", "lag 0"):
+        lines.append(f"{k:<22} {statistics.median(times[k]):8.1f} us/token  "
+                     f"({' '.join(f'{x:.1f}' for x in times[k])})")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("specs", nargs="+")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    for spec in a.specs:
+        print("\n".join(measure(spec, a.tokens, a.rounds)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    sys.exit(main())

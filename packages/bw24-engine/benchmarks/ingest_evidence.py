@@ -7,7 +7,7 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
   of it); the rows after that prefix are appended. Anything else is an error that names the first differing
   line, and nothing is written.
 - logs: kernel_check.log, pytest_gpu.log (pytest_gpu_k_*.log: a selection), run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
-  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log,
+  spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log, loop_gap.log,
   mvbench.log (+ its mvbench.json), stream_probe.log (+ its stream_probe/stream_probe.json), dequant.log (+ its
   dequant/dequant.json), ncu_*.txt at the top of R_DIR; the same
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
@@ -103,8 +103,8 @@ def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
                 f"tuning_{gpu}_{sha}{suffix}_{name}" if ext == "json" else None
         return None  # mvsweep/*.json, vsweep/*: the logs above carry their tables
     if name in ("kernel_check.log", "pytest_gpu.log", "stages.log", "mvsweep.log", "vsweep.log", "moe_decode.log",
-                "overlap.log", "attn_sweep.log", "knockout.log", "mvbench.log", "stream_probe.log", "probe.log",
-                "dequant.log"):
+                "overlap.log", "attn_sweep.log", "knockout.log", "loop_gap.log", "mvbench.log", "stream_probe.log",
+                "probe.log", "dequant.log"):
         return {"stages": "stage_latency", "vsweep": "verify_sweep", "mvsweep": "matvec_sweep"}.get(stem, stem) \
             + f"_{gpu}_{sha}{suffix}.log"
     if name == "mvbench.json":  # the mvbench stage's pytest-benchmark JSON (each case's GB/s in its extra_info)

@@ -93,6 +93,7 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("moe_decode.log"), "abc1234") == "moe_decode_h200_abc1234.log"
     assert mod.target_name(Path("overlap.log"), "abc1234") == "overlap_h200_abc1234.log"
     assert mod.target_name(Path("attn_sweep.log"), "abc1234") == "attn_sweep_h200_abc1234.log"
+    assert mod.target_name(Path("loop_gap.log"), "abc1234") == "loop_gap_h200_abc1234.log"
     assert mod.target_name(Path("ranks_q05.json"), "abc1234") == "frspec_ranks_q05_h200_abc1234.json"
     assert mod.target_name(Path("ranks_q05.log"), "abc1234") == "frspec_ranks_q05_h200_abc1234.log"
     # the ncu stage's reports (PRESET:QUANT:DEPTH and the kernel regex in the name), under a `with` too

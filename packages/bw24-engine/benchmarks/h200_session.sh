@@ -67,7 +67,7 @@ log=lambda s: None))" "$m")
         > $R/run_gen_$n.log 2>&1
       echo "$n: $(grep -m1 -E 'verify-prefill|rror' $R/run_gen_$n.log)"; grep -m1 -i "vram" $R/run_gen_$n.log
     done ;;
-  pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path; pytest [-k EXPR]
+  pytest)  # the GPU tests (they skip without a GPU): decode graph, memory, prefill, spec fast path, the loop's lag; pytest [-k EXPR]
     # 600 s: the canary tests compile their planted variants (planted_verify / _split / _pipe) on top of kc's. A
     # selection logs apart (pytest_gpu_k_EXPR.log, -rA: each test's outcome by name): at 9205b3a `pytest overlap`,
     # `pytest staged` and the whole suite wrote one log in turn, and only the tails in bg_s.out kept the first two
@@ -75,7 +75,7 @@ log=lambda s: None))" "$m")
     (hdr; BW24_KERNEL_MANIFEST=$R/kernel_manifest.jsonl timeout 600 python3 -m pytest -q ${1:+-rA} --durations=40 --import-mode=importlib -p no:cacheprovider --benchmark-disable \
       packages/bw24-engine/tests/test_cuda_gpu.py packages/bw24-engine/tests/test_cuda_memory.py \
       packages/bw24-engine/tests/test_cuda_prefill.py packages/bw24-engine/tests/test_spec_gpu.py \
-      packages/bw24-engine/tests/test_engine_prefix_cache.py -k "${1:-not all_green}"; echo "pytest rc=$?") \
+      packages/bw24-engine/tests/test_engine_prefix_cache.py packages/bw24-engine/tests/test_decode_lag.py -k "${1:-not all_green}"; echo "pytest rc=$?") \
       > $L 2>&1; tail -5 $L ;;
   real)
     timeout 300 python3 $B/gpu_real.py $SMOL $R/real > $R/real.log 2>&1; tail -12 $R/real.log ;;

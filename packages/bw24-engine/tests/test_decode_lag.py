@@ -125,3 +125,20 @@ def test_bad_value_is_refused_naming_the_variable(monkeypatch, bad):
 def test_default_is_one(monkeypatch):
     monkeypatch.delenv(DECODE_LAG_ENV, raising=False)
     assert decode_lag() == 1
+
+
+def test_cuda_lag_one_streams_the_same_events_and_keeps_the_cache_in_step(monkeypatch):
+    """The same on the CUDA backend: captured graphs, pinned late reads, the device position reset by the undo."""
+    from bw24.runtime import has_gpu, no_gpu_reason
+
+    if not has_gpu():
+        pytest.skip(f"no CUDA GPU: {no_gpu_reason()}")
+    g = Engine.load("smollm2-135m", backend="cuda", n_ctx=N_CTX, progress=False)
+    ids = g.tokenizer.encode("The three primary colors are", add_special=True)
+    free, _ = run(g, ids, 0, monkeypatch, max_tokens=8)
+    for how, kw in endings(free).items():
+        evs0, hist0 = run(g, ids, 0, monkeypatch, **kw)
+        assert_kv_in_step(g, ids, evs0, hist0)
+        evs1, hist1 = run(g, ids, 1, monkeypatch, **kw)
+        assert evs1 == evs0, how
+        assert_kv_in_step(g, ids, evs1, hist1)

@@ -9,7 +9,7 @@ under the names the evidence folder uses, and its perf rows into benchmarks/perf
 - logs: kernel_check.log, pytest_gpu.log (pytest_gpu_k_*.log: a selection), run_gen_*.log, perf_*.log, profile.log, spec_*.log (+ their
   spec_bench.jsonl), stages.log, mvsweep.log, vsweep.log, moe_decode.log, overlap.log, attn_sweep.log, knockout.log, loop_gap.log,
   mvbench.log (+ its mvbench.json), stream_probe.log (+ its stream_probe/stream_probe.json), dequant.log (+ its
-  dequant/dequant.json), ncu_*.txt at the top of R_DIR; the same
+  dequant/dequant.json), ncu_*.txt, and each chain's bg_NAME.out (bg_NAME_<gpu>_<SHA>.txt) at the top of R_DIR; the same
   under a `with` stage's VAR_VALUE folder, whose name becomes a suffix (BW24_ATTN_MMA_1 -> _attn_mma). Each lands
   as <stem>_h200_<SHA>[_suffix].<ext> in packages/bw24-engine/evidence, with a "# device: ...; date; git" first
   line added where the log lacks one (profile.log: the torch profiler's warnings dropped). h200 stands for the GPU
@@ -125,6 +125,8 @@ def target_name(rel: Path, sha: str, gpu: str = "h200") -> str | None:
         return f"spec_bench_{gpu}_{sha}_{stem[5:]}{suffix}.txt"
     if stem.startswith("ranks_") and ext in ("log", "json"):  # the ranks stage: its log and the FR-Spec ranks file
         return f"frspec_{stem}_{gpu}_{sha}{suffix}.{ext}"
+    if stem.startswith("bg_") and ext == "out" and not suffix:  # a chain's own log (bg NAME: its stamps, tails)
+        return f"{stem}_{gpu}_{sha}.txt"
     if stem.startswith("ncu_") and ext == "txt":  # the ncu stage's ncu_<model>_<regex>_T1.txt
         return f"ncu_{gpu}_{sha}{suffix}_{stem[4:]}.txt"
     return None

@@ -100,6 +100,8 @@ def test_with_folder_suffixes_name_the_variant_without_a_colon(ingest):
     assert mod.target_name(Path("BW24_PDL_0/ncu_qwen3-32b_q4_k_m_4096_attn__T1.txt"), "abc1234") == \
         "ncu_h200_abc1234_pdl_0_qwen3-32b_q4_k_m_4096_attn__T1.txt"
     assert mod.target_name(Path("ncu_T1.log"), "abc1234") is None
+    assert mod.target_name(Path("bg_s.out"), "abc1234", "h100") == "bg_s_h100_abc1234.txt"  # a chain's own log
+    assert mod.target_name(Path("bg_s.pid"), "abc1234") is None
     # the loads stage: its log and summary, its candidate table as it is; its best_* files stay behind
     assert mod.target_name(Path("loads/qmv8_loads.log"), "abc1234") == "qmv8_loads_h200_abc1234.log"
     assert mod.target_name(Path("loads/summary.txt"), "abc1234") == "qmv8_loads_summary_h200_abc1234.txt"

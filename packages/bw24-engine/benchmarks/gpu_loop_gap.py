@@ -89,13 +89,7 @@ def captured_put(m, ops, params, base: int, ring: MappedRing):
         with ops.stream:  # (the eager first call too: after the sampler, on the step's stream)
             ring.kernel((1,), (1,), (tok, m.kv.pos, ring.dev, np.int32(ring.n)))
 
-    r = ops.capture(step, keys=lambda: m.kv.n_past)
-    for _ in range(3):
-        m.kv.reserve(1)
-        r()
-    ops.synchronize()
-    m.kv.reset(base)
-    return r
+    return captured(m, ops, step, base)
 
 
 def put_loops(m, ops, run, n: int, ring: MappedRing):
@@ -154,11 +148,9 @@ def same_tokens(m, ops, run, run_put, ring: MappedRing, base: int, n: int = 32) 
     return "the same" if got == want else f"DIFFER: {got[:8]} against {want[:8]}"
 
 
-def captured(m, ops, params, base: int):
-    """The step captured (eager, capture, one replay), the cache then back at `base` positions."""
-    from bw24.engine.graph import decode_step
-
-    r = ops.capture(decode_step(m, params), keys=lambda: m.kv.n_past)
+def captured(m, ops, step, base: int):
+    """`step` captured (eager, capture, one replay), the cache then back at `base` positions."""
+    r = ops.capture(step, keys=lambda: m.kv.n_past)
     for _ in range(3):
         m.kv.reserve(1)
         r()
@@ -170,6 +162,7 @@ def captured(m, ops, params, base: int):
 def measure(spec: str, tokens: int, rounds: int) -> list[str]:
     import numpy as np
     from bw24.engine import Engine
+    from bw24.engine.graph import decode_step
     from bw24.engine.sampling import SamplingParams
     from gpu_knockout import knock_out, unknock
     from gpu_profile import model_file, parse_spec
@@ -181,11 +174,11 @@ def measure(spec: str, tokens: int, rounds: int) -> list[str]:
     params, base = SamplingParams(), max(depth, 1)
     m.feed(prompt)
     ops.sample(m.buf.logits[0], params, m.kv.pos, out=m.buf.view(1).ids)
-    run = captured(m, ops, params, base)
+    run = captured(m, ops, decode_step(m, params), base)
     arms = loops(m, ops, run, tokens)
     skipped = knock_out(ops, ("argmax_sample",))
     try:
-        nosample = captured(m, ops, params, base)  # a graph of its own, captured without the sampler's launch
+        nosample = captured(m, ops, decode_step(m, params), base)  # a graph of its own, captured without the sampler's launch
     finally:
         unknock(ops)
     arms["queued, no sampler"] = loops(m, ops, nosample, tokens)["queued"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from bw24.engine import Engine
+from bw24.engine.graph import decode_step
 from bw24.engine.sampling import SamplingParams
 
 
@@ -18,7 +19,7 @@ def test_every_loop_queues_its_steps_and_reads_every_token(gap):
     m, ops = eng.model, eng.ops
     m.feed([1, 2, 3])
     ops.sample(m.buf.logits[0], SamplingParams(), m.kv.pos, out=m.buf.view(1).ids)
-    run = gap.captured(m, ops, SamplingParams(), 3)
+    run = gap.captured(m, ops, decode_step(m, SamplingParams()), 3)
     assert m.kv.n_past == 3
     reads = []
     real = ops.to_host_later

@@ -15,9 +15,9 @@ python packages/bw24-engine/benchmarks/gpu_loop_gap.py PRESET[:QUANT[:DEPTH]]...
   event a step (lag 1) or reads the ring at the end.
 
 The differences name the costs: the sampler (row 2 - row 1), the reads between replays (3 - 2), the host's waits
-with one step queued (4 - 3) and with none (5 - 3), and what a token write inside the graph would save (4 - 7). On an H100 at 7f01f4c the 0.6B's knockout "whole step" took
-601 us a token at depth 0, the perf bench's loop 691 (lag 0) and 679 (lag 1, 5e2d592): this says which part the
-other ~80 us is. A diagnostic: it writes no perf row.
+with one step queued (4 - 3) and with none (5 - 3), and what a token write inside the graph would save (4 - 7).
+On an H100 at 7f01f4c the 0.6B's knockout "whole step" took 601 us a token at depth 0, the perf bench's loop 691
+(lag 0) and 679 (lag 1, 5e2d592): this says which part the other ~80 us is. A diagnostic: it writes no perf row.
 """
 
 from __future__ import annotations
@@ -39,15 +39,7 @@ def loops(m, ops, run, n: int):
         ops.synchronize()
 
     def lagged(lag: int):  # (32 stands for "none": the pinned ring holds 64 reads)
-        def go():
-            q = StepQueue(m, run)
-            for _ in range(n):
-                q.push()
-                if len(q) > lag:
-                    q.pop()
-            while len(q):
-                q.pop()
-        return go
+        return lambda: StepQueue(m, run).run_steps(n, lag)
 
     return {"queued": queued, "queued, reads": lagged(32), "lag 1": lagged(1), "lag 0": lagged(0)}
 
@@ -93,17 +85,9 @@ def captured_put(m, ops, params, base: int, ring: MappedRing):
 
 
 def put_loops(m, ops, run, n: int, ring: MappedRing):
-    """The step with its in-graph token write: queued (the host reads the ring at the end), and lag 1 (an event a
+    """The step with its in-graph token write: queued (as `loops`' queued: the graph writes the ring, unread), and lag 1 (an event a
     step; the host waits for step n's event, then reads its slot, with step n + 1 queued)."""
     cp = ops.cp
-
-    def queued():
-        for _ in range(n):
-            m.kv.reserve(1)
-            run()
-        ops.synchronize()
-        return int(ring.host[m.kv.n_past % ring.n])
-
     events = [cp.cuda.Event(block=False, disable_timing=True) for _ in range(4)]
 
     def lag1():
@@ -121,7 +105,7 @@ def put_loops(m, ops, run, n: int, ring: MappedRing):
             ev.synchronize()
             int(ring.host[pos % ring.n])
 
-    return {"queued, in-graph reads": queued, "lag 1, in-graph reads": lag1}
+    return {"queued, in-graph reads": loops(m, ops, run, n)["queued"], "lag 1, in-graph reads": lag1}
 
 
 def same_tokens(m, ops, run, run_put, ring: MappedRing, base: int, n: int = 32) -> str:
@@ -131,11 +115,7 @@ def same_tokens(m, ops, run, run_put, ring: MappedRing, base: int, n: int = 32) 
     tok = m.buf.view(1).ids
     start = ops.to_host(tok)
     m.kv.reset(base)
-    q = StepQueue(m, run)
-    want = []
-    for _ in range(n):
-        q.push()
-        want.append(q.pop())
+    want = StepQueue(m, run).run_steps(n, 0)
     m.kv.reset(base)
     ops.copy_from_host(tok, start)
     got = []

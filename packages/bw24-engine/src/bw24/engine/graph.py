@@ -70,6 +70,18 @@ class StepQueue:
     def pop(self) -> int:
         return int(self.reads.popleft()()[0])
 
+    def run_steps(self, n: int, lag: int) -> list[int]:
+        """n steps, the host waiting for each token once `lag` more steps are queued past it (0: before the next
+        push); every token read, in order, reads already pending first."""
+        out = []
+        for _ in range(n):
+            self.push()
+            while len(self.reads) > lag:
+                out.append(self.pop())
+        while self.reads:
+            out.append(self.pop())
+        return out
+
 
 def greedy_decode(model, prompt: Sequence[int], n: int, *, ahead: int | None = None) -> list[int]:
     """n greedy tokens after prompt from a fresh context. `ahead`: steps queued past the token the host waits
@@ -81,13 +93,6 @@ def greedy_decode(model, prompt: Sequence[int], n: int, *, ahead: int | None = N
     model.feed(list(prompt))
     ops.sample(buf.logits[0], params, kv.pos, out=buf.view(1).ids)
     run = ops.capture(decode_step(model, params), keys=lambda: kv.n_past)  # (BW24_ATTN_DEPTH's class)
-    lag = decode_lag() if ahead is None else ahead
     q = StepQueue(model, run)
-    q.read()
-    out, queued = [], 1
-    while len(out) < n:
-        while queued < n and len(q) <= lag:
-            q.push()
-            queued += 1
-        out.append(q.pop())
-    return out
+    q.read()  # the prompt's sample, then n - 1 steps
+    return q.run_steps(n - 1, decode_lag() if ahead is None else ahead) if n > 0 else []

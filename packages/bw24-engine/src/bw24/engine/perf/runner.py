@@ -130,12 +130,7 @@ class CellBench:
         ops.synchronize()
         q = StepQueue(m, self._run)
         t = time.perf_counter()
-        for _ in range(self.cell.tokens):
-            q.push()
-            if len(q) > self.lag:
-                q.pop()
-        while len(q):
-            q.pop()
+        q.run_steps(self.cell.tokens, self.lag)
         return self.cell.tokens / (time.perf_counter() - t)
 
     def _count_decode_kernels(self) -> int | None:

@@ -860,12 +860,6 @@ class CudaOps(Ops):
         self._q8_ready = None
         dst.set(src, stream=self.stream)
 
-    def copy_device(self, dst, src) -> None:
-        """dst[...] = src on the device (capturable; used to keep tokens of queued replays)."""
-        self._q8_ready = None
-        with self.stream:
-            dst[...] = src
-
     def synchronize(self):
         self.stream.synchronize()
 

@@ -8,7 +8,7 @@
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
 #         | knockout PRESET:QUANT:DEPTH... (benchmarks/gpu_knockout.py: the step without each kernel family)
-#         | loopgap PRESET:QUANT:DEPTH... (benchmarks/gpu_loop_gap.py: the step in five loops, the loop's costs apart)
+#         | loopgap PRESET:QUANT:DEPTH... (benchmarks/gpu_loop_gap.py: the step in seven loops, the loop's costs apart)
 #         | streamprobe (benchmarks/gpu_stream_probe.py: the attention cache's bytes streamed alone, in pass 1's shapes)
 #         | attnsweep [ARGS] (benchmarks/gpu_attn_sweep.py: the decode attention a layer across the deep rows' settings)
 #         | vsweep (benchmarks/gpu_verify_sweep.py: a T-token q8 matvec's cost vs decode, per rows / unroll)
@@ -177,7 +177,7 @@ PY
     (hdr; for m in "$@"; do [[ $m == *:* ]] && timeout 200 python3 $B/gpu_knockout.py $R/knockout "$m"; done
      echo "knockout rc=$?") >> $R/knockout.log 2>&1
     grep -E "^(## |[a-z])" $R/knockout.log | cut -c1-150 | tail -24 ;;
-  loopgap)  # loopgap PRESET:QUANT:DEPTH...: one decode step in five loops, the sampler / reads / host waits apart (gpu_loop_gap.py)
+  loopgap)  # loopgap PRESET:QUANT:DEPTH...: one decode step in seven loops, the sampler / reads / host waits apart (gpu_loop_gap.py)
     (hdr; timeout 300 python3 $B/gpu_loop_gap.py "$@"; echo "loop gap rc=$?") >> $R/loop_gap.log 2>&1
     grep -E "^(## |[a-z])" $R/loop_gap.log | cut -c1-150 | tail -24 ;;
   moesweep)  # one qwen3-30b-a3b MoE decode layer's stages and the moe_gu / moe_down (and int8) config sweeps

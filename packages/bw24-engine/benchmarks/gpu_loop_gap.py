@@ -10,12 +10,12 @@ python packages/bw24-engine/benchmarks/gpu_loop_gap.py PRESET[:QUANT[:DEPTH]]...
 - lag 1: the generation loop's (graph.StepQueue, BW24_DECODE_LAG=1): step n + 1 queued before the wait for token n;
 - lag 0: the host waits for each token before it queues the next step (as llama-bench does).
 
-- queued, in-graph reads / lag 1, in-graph reads: the step captured with one more kernel that writes its token into
-  mapped pinned host memory (a ring slot per position), so no copy runs between replays; the host waits on an
-  event a step (lag 1) or reads the ring at the end.
+- queued, in-graph reads / lag 1, in-graph reads: the step captured with BW24_TOKEN_RING=1, whose last kernel writes
+  its token into mapped pinned host memory (a ring slot per position; ops/cuda/readback.py TokenRing), so no copy
+  runs between replays; the host waits on an event a step (lag 1, StepQueue) or reads nothing (queued).
 
 The differences name the costs: the sampler (row 2 - row 1), the reads between replays (3 - 2), the host's waits
-with one step queued (4 - 3) and with none (5 - 3), and what a token write inside the graph would save (4 - 7).
+with one step queued (4 - 3) and with none (5 - 3), and what the token ring saves (4 - 7).
 On an H100 at 7f01f4c the 0.6B's knockout "whole step" took 601 us a token at depth 0, the perf bench's loop 691
 (lag 0) and 679 (lag 1, 5e2d592): this says which part the other ~80 us is. A diagnostic: it writes no perf row.
 """
@@ -28,10 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+from bw24.engine.graph import StepQueue
+
 
 def loops(m, ops, run, n: int):
-    from bw24.engine.graph import StepQueue
-
     def queued():
         for _ in range(n):
             m.kv.reserve(1)
@@ -44,88 +44,34 @@ def loops(m, ops, run, n: int):
     return {"queued": queued, "queued, reads": lagged(32), "lag 1": lagged(1), "lag 0": lagged(0)}
 
 
-RING = 256  # the mapped ring's int32 slots, one a position (pos % RING)
-PUT = r"""extern "C" __global__ void put_token(const int* tok, const int* pos, int* ring, int n) {
-    ring[pos[0] % n] = tok[0];  // into mapped pinned host memory: the host reads it without a copy of its own
-}"""
+def ring_on(ops, on: bool):
+    """BW24_TOKEN_RING on this backend alone (CudaOps.token_ring_env), set before each arm runs: the steps captured
+    with it on publish their token into the ring, and StepQueue reads the ring while it is on."""
+    ops.token_ring_env = "1" if on else "0"
 
 
-class MappedRing:
-    """int32 slots of mapped pinned host memory: a kernel inside the captured step writes each token there (no
-    memcpy between replays), the host reads its slot once the step's event is done."""
-
-    def __init__(self, cp, n: int = RING):
-        import ctypes
-
-        import numpy as np
-
-        rt = cp.cuda.runtime
-        self.ptr = rt.hostAlloc(4 * n, rt.hostAllocMapped)
-        dptr = rt.hostGetDevicePointer(self.ptr, 0)
-        self.dev = cp.ndarray((n,), cp.int32, cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(dptr, 4 * n, self), 0))
-        self.host = np.ctypeslib.as_array((ctypes.c_int32 * n).from_address(self.ptr))
-        self.kernel = cp.RawKernel(PUT, "put_token")
-        self.n = n
+def ring_loops(m, ops, run, n: int):
+    """The step captured with BW24_TOKEN_RING=1 (its token written into mapped pinned memory by its last kernel,
+    ops/cuda/readback.py TokenRing): queued (as `loops`' queued: the ring written, unread), and lag 1 (StepQueue:
+    an event a step, the host waiting for step n's, then reading its slot, with step n + 1 queued)."""
+    arms = {"queued, in-graph reads": loops(m, ops, run, n)["queued"],
+            "lag 1, in-graph reads": lambda: StepQueue(m, run).run_steps(n, 1)}
+    return {k: (lambda go=go: (ring_on(ops, True), go())) for k, go in arms.items()}
 
 
-def captured_put(m, ops, params, base: int, ring: MappedRing):
-    """The step with put_token after its sampler, captured like captured()."""
-    import numpy as np
-    from bw24.engine.graph import decode_step
-
-    inner = decode_step(m, params)
-    tok = m.buf.view(1).ids
-
-    def step():
-        inner()
-        with ops.stream:  # (the eager first call too: after the sampler, on the step's stream)
-            ring.kernel((1,), (1,), (tok, m.kv.pos, ring.dev, np.int32(ring.n)))
-
-    return captured(m, ops, step, base)
-
-
-def put_loops(m, ops, run, n: int, ring: MappedRing):
-    """The step with its in-graph token write: queued (as `loops`' queued: the graph writes the ring, unread), and lag 1 (an event a
-    step; the host waits for step n's event, then reads its slot, with step n + 1 queued)."""
-    cp = ops.cp
-    events = [cp.cuda.Event(block=False, disable_timing=True) for _ in range(4)]
-
-    def lag1():
-        waits = []
-        for i in range(n):
-            m.kv.reserve(1)
-            run()
-            events[i % 4].record(ops.stream)
-            waits.append((events[i % 4], m.kv.n_past))
-            if len(waits) > 1:
-                ev, pos = waits.pop(0)
-                ev.synchronize()
-                int(ring.host[pos % ring.n])
-        for ev, pos in waits:
-            ev.synchronize()
-            int(ring.host[pos % ring.n])
-
-    return {"queued, in-graph reads": loops(m, ops, run, n)["queued"], "lag 1, in-graph reads": lag1}
-
-
-def same_tokens(m, ops, run, run_put, ring: MappedRing, base: int, n: int = 32) -> str:
-    """The in-graph write's tokens against the StepQueue's, from the same position and token."""
-    from bw24.engine.graph import StepQueue
-
+def same_tokens(m, ops, run, run_ring, base: int, n: int = 32) -> str:
+    """The ring's tokens (StepQueue, BW24_TOKEN_RING=1) against the copies' (to_host_later), from the same position
+    and token."""
     tok = m.buf.view(1).ids
     start = ops.to_host(tok)
-    m.kv.reset(base)
-    want = StepQueue(m, run).run_steps(n, 0)
-    m.kv.reset(base)
+    got = {}
+    for on, r in ((False, run), (True, run_ring)):
+        ring_on(ops, on)
+        m.kv.reset(base)
+        ops.copy_from_host(tok, start)
+        got[on] = StepQueue(m, r).run_steps(n, 0)
     ops.copy_from_host(tok, start)
-    got = []
-    for _ in range(n):
-        m.kv.reserve(1)
-        run_put()
-        ops.synchronize()
-        got.append(int(ring.host[m.kv.n_past % ring.n]))
-    ops.copy_from_host(tok, start)
-    return "the same" if got == want else f"DIFFER: {got[:8]} against {want[:8]}"
+    return "the same" if got[True] == got[False] else f"DIFFER: {got[True][:8]} against {got[False][:8]}"
 
 
 def captured(m, ops, step, base: int):
@@ -152,6 +98,7 @@ def measure(spec: str, tokens: int, rounds: int) -> list[str]:
     m, ops = eng.model, eng.ops
     prompt = np.random.default_rng(0).integers(10, m.cfg.n_vocab - 10, size=max(depth, 1)).tolist()
     params, base = SamplingParams(), max(depth, 1)
+    ring_on(ops, False)  # (the copies' graphs: whatever BW24_TOKEN_RING says, the ring's arms set it themselves)
     m.feed(prompt)
     ops.sample(m.buf.logits[0], params, m.kv.pos, out=m.buf.view(1).ids)
     run = captured(m, ops, decode_step(m, params), base)
@@ -162,10 +109,11 @@ def measure(spec: str, tokens: int, rounds: int) -> list[str]:
     finally:
         unknock(ops)
     arms["queued, no sampler"] = loops(m, ops, nosample, tokens)["queued"]
-    ring = MappedRing(ops.cp)
-    run_put = captured_put(m, ops, params, base, ring)
-    check = same_tokens(m, ops, run, run_put, ring, base)
-    arms.update(put_loops(m, ops, run_put, tokens, ring))
+    ring_on(ops, True)
+    run_ring = captured(m, ops, decode_step(m, params), base)  # its own graph, publish_token its last launch
+    check = same_tokens(m, ops, run, run_ring, base)
+    arms = {k: (lambda go=go: (ring_on(ops, False), go())) for k, go in arms.items()}
+    arms.update(ring_loops(m, ops, run_ring, tokens))
     times: dict[str, list[float]] = {k: [] for k in arms}
     for _ in range(rounds):
         for k, go in arms.items():
@@ -176,7 +124,7 @@ def measure(spec: str, tokens: int, rounds: int) -> list[str]:
             times[k].append((time.perf_counter() - t) * 1e6 / tokens)
     name = f"{Path(str(preset)).name.removesuffix('.gguf')}-{quant}_d{depth}"
     lines = [f"## loop gap {name}: {tokens} tokens a loop, median of {rounds} rounds interleaved (sampler "
-             f"launches left out of the no-sampler graph: {sum(skipped.values())}); in-graph reads' tokens: {check}"]
+             f"launches left out of the no-sampler graph: {sum(skipped.values())}); the ring's tokens: {check}"]
     for k in ("queued, no sampler", "queued", "queued, reads", "lag 1", "lag 0", "queued, in-graph reads",
               "lag 1, in-graph reads"):
         lines.append(f"{k:<22} {statistics.median(times[k]):8.1f} us/token  "

@@ -3,7 +3,12 @@ default) a generation streams the same events as with the host waiting for each 
 tokens, a full context, a stop string, an end-of-generation token), and leaves the KV cache, its position and the
 history record in step (the step queued past the end undone). Canaries: no undo, or a read that waits for the
 later step, turn these checks red. CPU (smollm2-135m on the reference backend): the loop's order is the engine's on
-every backend; test_cuda_gpu.py runs the same loop's pinned reads on a GPU."""
+every backend; test_cuda_gpu.py runs the same loop's pinned reads on a GPU.
+
+BW24_TOKEN_RING (ops/cuda/readback.py TokenRing): the step writes its token into a ring slot a position and the
+host reads the slot instead of a copy. Its protocol runs here on the reference backend, the slot written by the
+step's publish_token as the CUDA kernel writes it; a step that publishes nothing, or into the wrong slot, is
+caught. The CUDA test below runs the kernel."""
 
 from __future__ import annotations
 
@@ -111,6 +116,72 @@ def test_canary_a_read_that_waits_for_the_later_step_is_caught(eng, prompt, monk
     monkeypatch.setattr(ops, "to_host_later", lambda a: (lambda: ops.to_host(a)))
     bad, _ = run(eng, prompt, 1, monkeypatch, max_tokens=8)
     assert [t for t, _, _ in bad] != [t for t, _, _ in ref]
+
+
+def host_ring(ops, monkeypatch, *, n: int = 8, shift: int = 0, publish: bool = True):
+    """BW24_TOKEN_RING's protocol on the reference backend: a TokenRing of host slots (n of them, so a generation
+    wraps it) that the step's publish_token fills as kernels/readback.cu does: slot = the position the step leaves
+    (+ shift: a canary's wrong slot); publish=False: a step that writes no token."""
+    from bw24.engine.ops.cuda.readback import TokenRing
+
+    ring = TokenRing(np.empty(n, np.int32))
+
+    def put(token, pos):
+        ring.host[(int(np.asarray(ops.to_host(pos))[0]) + shift) % n] = int(np.asarray(ops.to_host(token))[0])
+
+    monkeypatch.setattr(ops, "token_ring", ring, raising=False)
+    monkeypatch.setattr(ops, "publish_token", put if publish else (lambda token, pos: None))
+    return ring
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+@pytest.mark.parametrize("how", ["max_tokens", "context", "stop string", "end token"])
+def test_token_ring_streams_the_same_events(eng, prompt, free_run, monkeypatch, how, lag):
+    kw = endings(free_run)[how]
+    ref, _ = run(eng, prompt, lag, monkeypatch, **kw)
+    ring = host_ring(eng.model.ops, monkeypatch)
+    evs, hist = run(eng, prompt, lag, monkeypatch, **kw)
+    assert evs == ref
+    assert_kv_in_step(eng, prompt, evs, hist)
+    # every token but the prompt's sample came through the ring (at lag 1 maybe one step more, queued past the end)
+    assert len(evs) - 1 <= ring.serial <= len(evs) - 1 + lag
+
+
+def test_token_ring_greedy_decode_matches(eng, prompt, monkeypatch):
+    from bw24.engine.graph import greedy_decode
+
+    ref = greedy_decode(eng.model, prompt, 12, ahead=0)
+    host_ring(eng.model.ops, monkeypatch, n=4)
+    assert greedy_decode(eng.model, prompt, 12, ahead=1) == greedy_decode(eng.model, prompt, 12, ahead=0) == ref
+
+
+def test_canary_a_step_that_publishes_no_token_raises(eng, prompt, monkeypatch):
+    host_ring(eng.model.ops, monkeypatch, publish=False)
+    with pytest.raises(RuntimeError, match="still unset"):
+        run(eng, prompt, 1, monkeypatch, max_tokens=8)
+
+
+def test_canary_a_token_in_the_wrong_slot_is_caught(eng, prompt, monkeypatch):
+    """Published one slot late: each read finds the slot unset, or a token of another position."""
+    ref, _ = run(eng, prompt, 1, monkeypatch, max_tokens=8)
+    host_ring(eng.model.ops, monkeypatch, shift=1)
+    try:
+        bad, _ = run(eng, prompt, 1, monkeypatch, max_tokens=8)
+    except RuntimeError as e:
+        assert "still unset" in str(e)
+    else:
+        assert bad != ref
+
+
+def test_token_ring_slot_reused_before_its_read_raises():
+    from bw24.engine.ops.cuda.readback import TokenRing
+
+    ring = TokenRing(np.empty(4, np.int32))
+    first = ring.later(ring.arm(5))
+    ring.host[1] = 7
+    ring.later(ring.arm(9))  # the same slot, 4 positions on
+    with pytest.raises(RuntimeError, match="later step took its slot"):
+        first()
 
 
 @pytest.mark.parametrize("bad", ["2", "on", "", "-1"])

@@ -20,7 +20,7 @@ from .errors import (
     PromptTooLongError,
     StaleCacheError,
 )
-from .graph import StepQueue, decode_lag
+from .graph import StepQueue, decode_lag, decode_step
 from .kv_cache import KVHistory
 from .models.common import Transformer
 from .sampling import SamplingParams, log_softmax
@@ -150,11 +150,8 @@ def generate(
     st.prefill_s = t1 - t0
     ops.sample(row, params, kv.pos, out=token, counts=counts)
 
-    def step() -> None:
-        model.forward(1, last_only=True)
-        ops.sample(row, params, kv.pos, out=token, counts=counts)
-
-    decode = ops.capture(step, keys=lambda: kv.n_past)  # (BW24_ATTN_DEPTH's class: the keys after reserve)
+    # (keys: BW24_ATTN_DEPTH's class, the cache's keys after reserve)
+    decode = ops.capture(decode_step(model, params, counts), keys=lambda: kv.n_past)
     # Step n + 1 is queued before the host waits for token n when it may follow (graph.decode_lag): a token that
     # then ends the generation leaves one step too many, undone by drop_queued_step. With logprobs the host reads
     # the logits row before the step that overwrites it, so it waits for each token.

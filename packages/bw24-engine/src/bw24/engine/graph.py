@@ -33,13 +33,16 @@ def decode_lag() -> int:
 
 
 def decode_step(model, params: SamplingParams, counts=None):
-    """The replayable step: one forward of buf.ids[0] at kv.pos, then sample into buf.ids[0]."""
+    """The replayable step: one forward of buf.ids[0] at kv.pos, then sample into buf.ids[0] (counts: the context's
+    token counts, which the sampler's penalties read and it updates), then publish that token into the backend's
+    token ring where it has one (StepQueue reads it there)."""
     ops, buf = model.ops, model.buf
     token, row = buf.view(1).ids, buf.logits[0]
 
     def step() -> None:
         model.forward(1, last_only=True)
         ops.sample(row, params, model.kv.pos, out=token, counts=counts)
+        ops.publish_token(token, model.kv.pos)
 
     return step
 
@@ -64,8 +67,16 @@ class StepQueue:
 
     def push(self) -> None:
         self.kv.reserve(1)
+        ring = self.ops.token_ring
+        if ring is None:
+            self.run()
+            self.read()
+            return
+        # BW24_TOKEN_RING=1: the step itself writes its token into the ring's slot for the position it leaves
+        # (decode_step's publish_token), so no copy is queued between two replays; only an event
+        slot = ring.arm(self.kv.n_past)
         self.run()
-        self.read()
+        self.reads.append(ring.later(slot))
 
     def pop(self) -> int:
         return int(self.reads.popleft()()[0])

@@ -102,6 +102,15 @@ class Ops(ABC):
         out = self.to_host(a)
         return lambda: out
 
+    # A ring of host memory the decode step writes its token into, read by graph.StepQueue instead of
+    # to_host_later (CudaOps with BW24_TOKEN_RING=1: ops/cuda/readback.py TokenRing); None: no such ring.
+    token_ring: Any = None
+
+    def publish_token(self, token: Any, pos: Any) -> None:
+        """Last in the decode step (graph.decode_step): its sampled token into token_ring's slot for pos[0]. A
+        no-op without a ring."""
+        return None
+
     @abstractmethod
     def copy_from_host(self, dst: Any, src: np.ndarray) -> None:
         """dst[...] = src (same shape and dtype)."""

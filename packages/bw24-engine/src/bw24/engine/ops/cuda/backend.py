@@ -379,6 +379,10 @@ class CudaOps(Ops):
     # (BW24_ATTN_DEC_LATE=1; perf rows "attn_dec_late") until the H200 has timed it.
     attn_dec_late_env = os.environ.get("BW24_ATTN_DEC_LATE", "0")
     attn_dec_late = attn_dec_late_env == "1"
+    # The decode step's token written by a kernel inside its graph into mapped pinned host memory (readback.TokenRing,
+    # why there) instead of a device -> host copy queued between two replays. Opt-in (BW24_TOKEN_RING=1; perf rows
+    # "token_ring") until the H200 has timed it (benchmarks/gpu_loop_gap.py's in-graph arms).
+    token_ring_env = os.environ.get("BW24_TOKEN_RING", "0")
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -560,6 +564,7 @@ class CudaOps(Ops):
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("no_attn_dec_unroll", not self.attn_dec_unroll),
                                       ("attn_dec_late", self.attn_dec_late),
+                                      ("token_ring", self.token_ring_env == "1"),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
@@ -647,6 +652,8 @@ class CudaOps(Ops):
                  "whole", True),
                 ("BW24_ATTN_DEC_LATE", self.attn_dec_late_env, "the tensor-core attention's PDL trigger after its "
                  "tiles", False),
+                ("BW24_TOKEN_RING", self.token_ring_env, "the decode step's token written inside its graph into "
+                 "mapped host memory", False),
                 ("BW24_QMV8_EARLY", self.qmv8_early_env, "a decode q8 matvec's first weight group loaded before "
                  "its PDL wait", True),
                 ("BW24_PREFILL_OVERLAP", self.prefill_overlap_env, "prefill's dequantization a chunk ahead on a side "
@@ -694,6 +701,7 @@ class CudaOps(Ops):
         self.use_graphs = use_graphs
         self._host_synced = False  # set by an op that had to read the device (not capturable)
         self._reads = None  # readback.PinnedReads, made at the first to_host_later
+        self._token_ring = None  # readback.TokenRing (BW24_TOKEN_RING=1), made at its first use
         self.qmv_configs = QmvConfigs.for_device()  # matvec launch configs (tuning table or defaults)
         # prefill GEMM: "fp16", "auto" or "split" (fp32-like) (ops/cuda/prefill.py; BW24_PREFILL, above)
         self.prefill_precision = self.prefill_env
@@ -847,6 +855,22 @@ class CudaOps(Ops):
 
             self._reads = PinnedReads(self.cp, self.stream)
         return self._reads.read(a)
+
+    @property
+    def token_ring(self):
+        """The ring the decode step publishes its token into (BW24_TOKEN_RING=1), else None."""
+        if self.token_ring_env != "1":
+            return None
+        if self._token_ring is None:
+            from .readback import TokenRing
+
+            self._token_ring = TokenRing.mapped(self.cp, self.stream)
+        return self._token_ring
+
+    def publish_token(self, token, pos):
+        ring = self.token_ring
+        if ring is not None:
+            self._launch(self._k("readback.cu", "publish_token"), (1,), 32, (token, pos, ring.dev, np.int32(ring.n)))
 
     def round_to(self, a, dtype):
         self._q8_ready = None

@@ -55,6 +55,7 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     "norm.cu": tuple(f"rmsnorm_reg<{vw},{nv}>" for vw in (1, 4) for nv in NORM_NV),  # (+ fused quantize_x)
     "rope.cu": ("rope_kv<float>", "rope_kv<__half>"),  # the KV-cache element
     "elementwise.cu": (),
+    "readback.cu": (),  # the step's token into mapped host memory (ops/cuda/readback.py TokenRing)
     "sample.cu": (),
     "spec.cu": (),  # speculative verify: per-row argmax (ops/cuda/spec.py)
     "attention_gemm.cu": (),  # prefill attention's softmax rows around cuBLAS GEMMs (ops/cuda/attn_gemm.py)

@@ -1,4 +1,5 @@
-"""Device -> host reads that wait for the work queued before them and for nothing queued after (CudaOps.to_host_later).
+"""Device -> host reads that wait for the work queued before them and for nothing queued after (CudaOps.to_host_later),
+and the token ring a captured decode step writes its token into (TokenRing, BW24_TOKEN_RING=1).
 
 The decode loop queues step n + 1 before the host reads token n (graph.StepQueue): a plain to_host would wait on the
 stream, i.e. on step n + 1 too, and the GPU would idle while the host reads, wakes and launches again. Here each
@@ -47,5 +48,71 @@ class PinnedReads:
                 raise RuntimeError(f"to_host_later: read {serial} waited on after {slots} later reads reused its "
                                    "pinned slot")
             return self.host[i, :nbytes].view(dtype).reshape(shape).copy()
+
+        return result
+
+
+TOKEN_RING_ENV = "BW24_TOKEN_RING"
+RING = 256  # int32 slots of the token ring, one a position (pos % RING); the decode loop keeps 2 pending
+UNSET = -1  # what the host writes into a slot before the step that fills it is queued (no token id is negative)
+
+
+class TokenRing:
+    """int32 slots of mapped pinned host memory that the captured decode step writes its sampled token into
+    (kernels/readback.cu publish_token, launched last inside the step): the token reaches the host with no
+    device -> host copy queued between two replays, only an event a step. BW24_TOKEN_RING=1; opt-in until the H200
+    has timed it (benchmarks/gpu_loop_gap.py's in-graph arms measure what it saves).
+
+    The slot is the position the step leaves (kv.n_past after the host's reserve), so a step queued past the one
+    the host waits for writes another slot. later() takes the slot's event after the replay: waiting on it waits
+    for that step alone. Before the replay is queued the host marks the slot UNSET; a slot still UNSET once its
+    step is done means the step wrote no token (a step built without ops.publish_token) and raises, rather than returning
+    a stale token. A put still queued from a step the host dropped (generate.drop_queued_step) lands before the
+    later step's own put, by the stream's order, so the event waits for the slot's newest token."""
+
+    def __init__(self, host: np.ndarray, dev=None, events=None, stream=None):
+        """host: the int32 slots as the host reads them; dev: the same memory as the device writes it; events: one
+        per slot, recorded on `stream` after each step (None: a synchronous backend's ring, written when its step
+        returns, as in the CPU tests of this protocol)."""
+        self.host, self.dev, self.n = host, dev, len(host)
+        self.events, self.stream = events, stream
+        self.host[:] = UNSET
+        self.owner = [-1] * self.n
+        self.serial = 0
+
+    @classmethod
+    def mapped(cls, cp, stream, n: int = RING) -> TokenRing:
+        """The CUDA ring: n slots of mapped pinned host memory (cudaHostAllocMapped), freed with the ring."""
+        rt = cp.cuda.runtime
+        mem = cp.cuda.PinnedMemoryPointer(cp.cuda.PinnedMemory(4 * n, rt.hostAllocMapped), 0)
+        dptr = rt.hostGetDevicePointer(mem.ptr, 0)
+        dev = cp.ndarray((n,), cp.int32, cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(dptr, 4 * n, mem), 0))
+        events = [cp.cuda.Event(block=False, disable_timing=True) for _ in range(n)]
+        return cls(np.ndarray((n,), np.int32, buffer=mem), dev, events, stream)
+
+    def arm(self, pos: int) -> int:
+        """Before the step that leaves the cache at `pos` positions is queued: its slot, marked UNSET."""
+        i = pos % self.n
+        self.host[i] = UNSET
+        return i
+
+    def later(self, i: int) -> Callable[[], np.ndarray]:
+        """After that step is queued: the read of its token (an int32 array of one), waiting for it alone."""
+        serial = self.serial
+        self.serial += 1
+        self.owner[i] = serial
+        if self.events is not None:
+            self.events[i].record(self.stream)
+
+        def result() -> np.ndarray:
+            if self.events is not None:
+                self.events[i].synchronize()
+            if self.owner[i] != serial:
+                raise RuntimeError(f"token ring: read {serial} waited on after a later step took its slot {i}")
+            tok = int(self.host[i])
+            if tok == UNSET:
+                raise RuntimeError(f"token ring: slot {i} still unset after its step ({TOKEN_RING_ENV}=1 needs the "
+                                   "step to end with ops.publish_token, as graph.decode_step does)")
+            return np.array([tok], np.int32)
 
         return result

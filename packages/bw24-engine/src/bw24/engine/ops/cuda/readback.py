@@ -85,8 +85,9 @@ class TokenRing:
         """The CUDA ring: n slots of mapped pinned host memory (cudaHostAllocMapped), freed with the ring."""
         rt = cp.cuda.runtime
         mem = cp.cuda.PinnedMemoryPointer(cp.cuda.PinnedMemory(4 * n, rt.hostAllocMapped), 0)
-        dptr = rt.hostGetDevicePointer(mem.ptr, 0)
-        dev = cp.ndarray((n,), cp.int32, cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(dptr, 4 * n, mem), 0))
+        dptr = rt.pointerGetAttributes(mem.ptr).devicePointer  # (cudaHostGetDevicePointer's answer; CuPy lacks it)
+        owned = cp.cuda.UnownedMemory(dptr, 4 * n, mem, cp.cuda.Device().id)  # (kept alive by the array)
+        dev = cp.ndarray((n,), cp.int32, cp.cuda.MemoryPointer(owned, 0))
         events = [cp.cuda.Event(block=False, disable_timing=True) for _ in range(n)]
         return cls(np.ndarray((n,), np.int32, buffer=mem), dev, events, stream)
 

@@ -148,6 +148,15 @@ def foreign(p: Path, sha: str) -> str | None:
     return m[1]
 
 
+def foreign_folder(r: Path, p: Path, sha: str) -> str | None:
+    """For a file inside a stage's own folder (probe/ceilings.json), the commit its stage's log (probe.log) names
+    when that is not `sha`: such files carry no header of their own. At 7f1070b an H100's /tmp/r still held
+    a7e5b1d's probe/ceilings.json beside its probe.log, and the ceilings were filed under the new commit."""
+    parts = p.relative_to(r).parts
+    log = r / f"{parts[0]}.log"
+    return foreign(log, sha) if len(parts) > 1 and log.is_file() else None
+
+
 def plan(r: Path, sha: str, skipped: list[str] | None = None, gpu: str = "h200") -> dict[str, list[Path]]:
     """Evidence name -> the logs (in name order) that make it; a log another commit's session wrote (foreign) is
     left out, and named in `skipped` where given."""
@@ -157,7 +166,7 @@ def plan(r: Path, sha: str, skipped: list[str] | None = None, gpu: str = "h200")
             t = target_name(p.relative_to(r), sha, gpu)
             if t is None:
                 continue
-            other = foreign(p, sha)
+            other = foreign(p, sha) or foreign_folder(r, p, sha)
             if other is not None:
                 if skipped is not None:
                     skipped.append(f"{p.relative_to(r)} (git {other})")

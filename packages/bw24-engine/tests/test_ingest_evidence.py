@@ -159,8 +159,12 @@ def test_logs_another_commits_session_wrote_are_left_out_and_named(ingest, tmp_p
     (r / "kernel_check.log").write_text(old + "604 cases\n")
     (r / "perf_000000.log").write_text(old + "old cells\n")
     (r / "run_gen_smollm2-135m.log").write_text("# device: NVIDIA H200; git: abc1234def\nMATCH\n")  # longer sha: ours
+    (r / "probe").mkdir()  # a stage folder's file (no header) goes with its stage's log (7f1070b's stale ceilings)
+    (r / "probe.log").write_text(old + "hbm read\n")
+    (r / "probe" / "ceilings.json").write_text('{"schema": 1}')
     assert mod.main([str(r), "abc1234"]) == 0
     out = capsys.readouterr().out
+    assert "left out probe/ceilings.json (git f020fd1)" in out and not (ev / "ceilings_h200_abc1234.json").exists()
     assert "left out kernel_check.log (git f020fd1)" in out and "left out perf_000000.log (git f020fd1)" in out
     assert not (ev / "kernel_check_h200_abc1234.log").exists()
     assert (ev / "perf_h200_abc1234.log").read_text().count("# device") == 1  # perf_1a2b3c's part alone

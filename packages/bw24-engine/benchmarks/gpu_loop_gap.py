@@ -1,7 +1,7 @@
 """Where a decode token's time goes between the replayed step and the loop around it: the same captured step timed
 in seven loops, interleaved, on one model.
 
-python packages/bw24-engine/benchmarks/gpu_loop_gap.py PRESET[:QUANT[:DEPTH]]... [--tokens N] [--rounds R]
+python packages/bw24-engine/benchmarks/gpu_loop_gap.py PRESET[:QUANT[:DEPTH]]... [--tokens N] [--rounds R] [--n-ctx S]
 
 - queued, no sampler: the step's replays queued back to back, its argmax_sample left out (gpu_knockout.py's
   "whole step": the token stays the one sampled before the timing);
@@ -17,7 +17,11 @@ python packages/bw24-engine/benchmarks/gpu_loop_gap.py PRESET[:QUANT[:DEPTH]]...
 The differences name the costs: the sampler (row 2 - row 1), the reads between replays (3 - 2), the host's waits
 with one step queued (4 - 3) and with none (5 - 3), and what the token ring saves (4 - 7).
 On an H100 at 7f01f4c the 0.6B's knockout "whole step" took 601 us a token at depth 0, the perf bench's loop 691
-(lag 0) and 679 (lag 1, 5e2d592): this says which part the other ~80 us is. A diagnostic: it writes no perf row.
+(lag 0) and 679 (lag 1, 5e2d592). At 7f1070b (an H100) this said: the replays alone 661 us at n_ctx 192, the sampler
+5.7, the copies 9.8, the waits ~0 at lag 1 and 14 at lag 0, the ring 1.4 in place of the copies. So the other ~60
+us lie between this step and knockout's, which replays 64 steps from one key (here 128: twice the keys on average)
+with a cache of 4,352 positions (here 192); --tokens 64 and --n-ctx 4352 time those apart.
+A diagnostic: it writes no perf row.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def captured(m, ops, step, base: int):
     return r
 
 
-def measure(spec: str, tokens: int, rounds: int) -> list[str]:
+def measure(spec: str, tokens: int, rounds: int, n_ctx: int | None = None) -> list[str]:
     import numpy as np
     from bw24.engine import Engine
     from bw24.engine.graph import decode_step
@@ -94,7 +98,8 @@ def measure(spec: str, tokens: int, rounds: int) -> list[str]:
     from gpu_profile import model_file, parse_spec
 
     preset, quant, depth = parse_spec(spec)
-    eng = Engine.load(model_file(preset, quant), backend="cuda", n_ctx=depth + tokens + 64, progress=False)
+    n_ctx = n_ctx or depth + tokens + 64
+    eng = Engine.load(model_file(preset, quant), backend="cuda", n_ctx=n_ctx, progress=False)
     m, ops = eng.model, eng.ops
     prompt = np.random.default_rng(0).integers(10, m.cfg.n_vocab - 10, size=max(depth, 1)).tolist()
     params, base = SamplingParams(), max(depth, 1)
@@ -123,7 +128,7 @@ def measure(spec: str, tokens: int, rounds: int) -> list[str]:
             go()
             times[k].append((time.perf_counter() - t) * 1e6 / tokens)
     name = f"{Path(str(preset)).name.removesuffix('.gguf')}-{quant}_d{depth}"
-    lines = [f"## loop gap {name}: {tokens} tokens a loop, median of {rounds} rounds interleaved (sampler "
+    lines = [f"## loop gap {name}: n_ctx {n_ctx}, {tokens} tokens a loop, median of {rounds} rounds interleaved (sampler "
              f"launches left out of the no-sampler graph: {sum(skipped.values())}); the ring's tokens: {check}"]
     for k in ("queued, no sampler", "queued", "queued, reads", "lag 1", "lag 0", "queued, in-graph reads",
               "lag 1, in-graph reads"):
@@ -137,9 +142,11 @@ def main() -> int:
     ap.add_argument("specs", nargs="+")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n-ctx", type=int, default=None,
+                    help="the cache's positions (default: depth + tokens + 64, as tight as the perf bench's)")
     a = ap.parse_args()
     for spec in a.specs:
-        print("\n".join(measure(spec, a.tokens, a.rounds)), flush=True)
+        print("\n".join(measure(spec, a.tokens, a.rounds, a.n_ctx)), flush=True)
     return 0
 
 

@@ -275,16 +275,19 @@ def test_to_host_later_reads_what_the_work_queued_before_it_left():
 
 
 def test_token_ring_decode_equals_the_copies_and_a_silent_step_raises(tiny_model):
-    """BW24_TOKEN_RING=1 (kernels/readback.cu publish_token, last inside the captured step; readback.TokenRing): the
-    same 300 greedy tokens as the pinned copies at lag 1 and 0, through a ring of 256 slots (so it wraps), with
-    one publish_token launch more a step. Canary: the step without its publish launch raises (slot still unset)."""
+    """BW24_TOKEN_RING (the default; kernels/readback.cu publish_token, last inside the captured step;
+    readback.TokenRing): the same 300 greedy tokens as the pinned copies (BW24_TOKEN_RING=0) at lag 1 and 0, through
+    a ring of 256 slots (so it wraps), with one publish_token launch more a step. Canary: the step without its
+    publish launch raises (slot still unset)."""
     from bw24.engine import Engine
     from bw24.engine.graph import greedy_decode
 
     gpu = Engine.load(str(tiny_model), backend="cuda", n_ctx=320, progress=False)
     ids = [int(i) for i in np.random.default_rng(1).integers(5, 500, 9)]
+    gpu.ops.token_ring_env = "0"  # (the class reads the variable at import; the switch of this engine alone)
     ref = greedy_decode(gpu.model, ids, 300, ahead=1)
-    gpu.ops.token_ring_env = "1"  # (the class reads the variable at import; the switch of this engine alone)
+    assert gpu.ops.token_ring is None
+    gpu.ops.token_ring_env = "1"
     assert greedy_decode(gpu.model, ids, 300, ahead=1) == ref
     assert greedy_decode(gpu.model, ids, 300, ahead=0) == ref
     assert gpu.ops.token_ring.serial == 2 * 299

@@ -32,17 +32,19 @@ def decode_lag() -> int:
     return int(v)
 
 
-def decode_step(model, params: SamplingParams, counts=None):
+def decode_step(model, params: SamplingParams, counts=None, *, publish: bool = True):
     """The replayable step: one forward of buf.ids[0] at kv.pos, then sample into buf.ids[0] (counts: the context's
     token counts, which the sampler's penalties read and it updates), then publish that token into the backend's
-    token ring where it has one (StepQueue reads it there)."""
+    token ring where it has one (StepQueue reads it there; publish=False: a step whose token no host reads, as a
+    draft model's, which feeds its tokens to the target on the device)."""
     ops, buf = model.ops, model.buf
     token, row = buf.view(1).ids, buf.logits[0]
 
     def step() -> None:
         model.forward(1, last_only=True)
         ops.sample(row, params, model.kv.pos, out=token, counts=counts)
-        ops.publish_token(token, model.kv.pos)
+        if publish:
+            ops.publish_token(token, model.kv.pos)
 
     return step
 

@@ -112,7 +112,7 @@ class DraftModelDrafter:
             return 0
         if self._dev is None:
             dio = DeviceIO(m.ops)
-            step = decode_step(m, SamplingParams())
+            step = decode_step(m, SamplingParams(), publish=False)  # (no host reads its tokens: no ring write)
             self._dev = (dio, GraphsByT(dio.ops, lambda T: step, dio.signature, keys=lambda: m.kv.n_past))
         dio, run = self._dev
         tok = m.buf.view(1).ids  # the step's input and output (int32 [1])

@@ -380,9 +380,11 @@ class CudaOps(Ops):
     attn_dec_late_env = os.environ.get("BW24_ATTN_DEC_LATE", "0")
     attn_dec_late = attn_dec_late_env == "1"
     # The decode step's token written by a kernel inside its graph into mapped pinned host memory (readback.TokenRing,
-    # why there) instead of a device -> host copy queued between two replays. Opt-in (BW24_TOKEN_RING=1; perf rows
-    # "token_ring") until the H200 has timed it (benchmarks/gpu_loop_gap.py's in-graph arms).
-    token_ring_env = os.environ.get("BW24_TOKEN_RING", "0")
+    # why there) instead of a device -> host copy queued between two replays. The default since an H100 timed it at
+    # 7f1070b (bw24 alone, 2 rounds: the 0.6B +1.3% / +0.9% at d0 / d4096, the 8B +0.5% / +0.4%; gpu_loop_gap.py: the
+    # copies cost the 0.6B's loop 9.8 us a token, the ring 1.4; evidence/{perf_ab,loop_gap}_h100_7f1070b.log);
+    # BW24_TOKEN_RING=0 queues the copies as before (perf rows "no_token_ring").
+    token_ring_env = os.environ.get("BW24_TOKEN_RING", "1")
     # A MoE block's input RMSNorm inside the router's launch (kernels/moe.cu moe_router_norm, why there; the unfused
     # launches' bits). Opt-in (BW24_MOE_ROUTER_NORM=1; perf rows "moe_router_norm") until the H200 has timed it.
     moe_router_norm_env = os.environ.get("BW24_MOE_ROUTER_NORM", "0")
@@ -564,7 +566,7 @@ class CudaOps(Ops):
                                       ("no_attn_merge_factors", not self.attn_merge_factors),
                                       ("no_attn_dec_unroll", not self.attn_dec_unroll),
                                       ("attn_dec_late", self.attn_dec_late),
-                                      ("token_ring", self.token_ring_env == "1"),
+                                      ("no_token_ring", self.token_ring_env == "0"),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
@@ -653,7 +655,7 @@ class CudaOps(Ops):
                 ("BW24_ATTN_DEC_LATE", self.attn_dec_late_env, "the tensor-core attention's PDL trigger after its "
                  "tiles", False),
                 ("BW24_TOKEN_RING", self.token_ring_env, "the decode step's token written inside its graph into "
-                 "mapped host memory", False),
+                 "mapped host memory", True),
                 ("BW24_QMV8_EARLY", self.qmv8_early_env, "a decode q8 matvec's first weight group loaded before "
                  "its PDL wait", True),
                 ("BW24_PREFILL_OVERLAP", self.prefill_overlap_env, "prefill's dequantization a chunk ahead on a side "

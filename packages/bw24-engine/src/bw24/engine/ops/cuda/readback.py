@@ -1,5 +1,5 @@
 """Device -> host reads that wait for the work queued before them and for nothing queued after (CudaOps.to_host_later),
-and the token ring a captured decode step writes its token into (TokenRing, BW24_TOKEN_RING=1).
+and the token ring a captured decode step writes its token into (TokenRing, BW24_TOKEN_RING, on by default).
 
 The decode loop queues step n + 1 before the host reads token n (graph.StepQueue): a plain to_host would wait on the
 stream, i.e. on step n + 1 too, and the GPU would idle while the host reads, wakes and launches again. Here each
@@ -60,8 +60,9 @@ UNSET = -1  # what the host writes into a slot before the step that fills it is 
 class TokenRing:
     """int32 slots of mapped pinned host memory that the captured decode step writes its sampled token into
     (kernels/readback.cu publish_token, launched last inside the step): the token reaches the host with no
-    device -> host copy queued between two replays, only an event a step. BW24_TOKEN_RING=1; opt-in until the H200
-    has timed it (benchmarks/gpu_loop_gap.py's in-graph arms measure what it saves).
+    device -> host copy queued between two replays, only an event a step. The default (BW24_TOKEN_RING=0: the copies,
+    PinnedReads): on an H100 at 7f1070b the copies cost the 0.6B's decode loop 9.8 us a token over back-to-back
+    replays and the ring 1.4 (benchmarks/gpu_loop_gap.py), +1.3% on its d0 cell.
 
     The slot is the position the step leaves (kv.n_past after the host's reserve), so a step queued past the one
     the host waits for writes another slot. later() takes the slot's event after the replay: waiting on it waits

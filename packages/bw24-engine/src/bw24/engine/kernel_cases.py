@@ -320,6 +320,30 @@ def rng_case() -> Case:
     return run
 
 
+def token_ring_case(n: int = 300) -> Case:
+    """publish_token (kernels/readback.cu, the decode step's last launch; ops/cuda/readback.py TokenRing): n tokens at
+    random positions, each read back through its slot's event equal to the token written, and the whole ring equal
+    to a NumPy ring kept by the same rule (slot = pos mod the ring's size), so a token in the wrong slot, or a slot
+    left unwritten, turns the case red."""
+    def run(name, ref, cu, rng):
+        with setting(cu, "token_ring_env", "1"):
+            ring = cu.token_ring
+            want = ring.host.copy()
+            tok, pos = cu.zeros((1,), np.int32), cu.zeros((1,), np.int32)
+            got, sent = [], []
+            for _ in range(n):
+                t, p = int(rng.integers(0, 151936)), int(rng.integers(0, 2**24))
+                cu.copy_from_host(tok, np.array([t], np.int32))
+                cu.copy_from_host(pos, np.array([p], np.int32))
+                slot = ring.arm(p)
+                cu.publish_token(tok, pos)
+                got.append(int(ring.later(slot)()[0]))
+                sent.append(t)
+                want[p % ring.n] = t
+            return compare(name, "exact", np.array(got + list(ring.host)), np.array(sent + list(want)))
+    return run
+
+
 def moe_case(qt, T: int, X: int, k: int, norm: bool, residual: bool, *, E: int | None = None, F: int | None = None,
              up_qt=None, down_qt=None, router_std: float | None = None) -> Case:
     """Router + top-k + experts + combine vs ref.moe. E, F default to small shapes; up_qt / down_qt
@@ -476,6 +500,7 @@ def cases() -> Iterator[tuple[str, Case]]:
     yield "sample greedy V=151936 (128 blocks) x3", sample_case(False, V=151936)
     yield "sample greedy V=151936 +penalties x3", sample_case(True, V=151936)
     yield "rng philox4x32-10 uniform x64 (64-bit seed)", rng_case()
+    yield "token ring publish x300 (256 slots, random positions)", token_ring_case()
     for V, sp, pen in ((5003, SamplingParams(temperature=0.8, seed=11), False),
                        (5003, SamplingParams(temperature=1.3, top_k=40, seed=2**40 + 3), False),
                        (32000, SamplingParams(temperature=0.7, top_p=0.9, seed=5), False),

@@ -238,6 +238,60 @@ def fresh_python(code: str, drop: str, **env: str) -> str:
                           check=True).stdout
 
 
+class Q8DispatchOps:
+    """What CudaOps' q8 dispatch (matmul, matmul_norm_ahead, matmul_multi, ffn_glu, glu) reads and calls, without a
+    GPU: launches recorded with their arguments by the kernels' parameter names (so a role swapped in the host's
+    argument list shows), scratch kept by key (so a consumer's inputs can be matched with its producer's outputs).
+    The CudaOps methods named in `_cuda` run as they are on this stand-in; rmsnorm only records itself (it leaves no
+    int8 rows, so the plain path quantizes after it). spills: local memory bytes every build reports (q8.glu_kernel)."""
+
+    _cuda = ("_verify_plan", "_multi_plan", "q8_loads", "matmul_multi", "matmul", "matmul_norm_ahead",
+             "norm_matmul_multi", "ffn_glu", "glu")
+
+    def __init__(self, W=4, R=4, spills=0):
+        from types import SimpleNamespace
+
+        self.dev, self.params, self.spills = HostDev, kernel_params, spills
+        self.norm_ahead, self.emulating, self.norm_fuse, self.verify_rows, self._q8_ready = True, False, False, None, None
+        self.glu_groups = False
+        self.qmv_configs = SimpleNamespace(plan=lambda qt, n, k, gate_force=True: ("q8", W, R), loads=lambda qt, n, k: 0,
+                                           min_k=1024)
+        self.scratch, self.launches, self.qmv8_loads = {}, [], None
+
+    def __getattr__(self, name):
+        if name in type(self)._cuda:
+            from bw24.engine.ops.cuda.backend import CudaOps
+
+            return getattr(CudaOps, name).__get__(self)
+        raise AttributeError(name)
+
+    def _buf(self, key, n, dtype=np.float32, zeroed=False):
+        if key not in self.scratch or self.scratch[key].size < n:
+            self.scratch[key] = np.zeros(max(n, 1), dtype).view(self.dev)
+        return self.scratch[key][:n]
+
+    def _k(self, file, name):
+        return self._k_with(file, name, ())
+
+    def _k_with(self, file, name, extra):  # (a decode launch's QMV8_DECODE_LOADS: not in the recorded name)
+        from types import SimpleNamespace
+
+        return SimpleNamespace(file=file, name=name, local_size_bytes=self.spills)
+
+    def _launch(self, fn, grid, block, args, shared_mem=0):
+        self._q8_ready = None
+        base = fn.name.split("<")[0]
+        names = [p.split()[-1].lstrip("*") for p in self.params(fn.file, base)]
+        assert len(names) == len(args), fn
+        self.launches.append((fn.name, dict(zip(names, args, strict=True)), grid, block))
+
+    def rmsnorm(self, x, w, eps, *, out):
+        self.launches.append(("rmsnorm", {}, None, None))
+
+    def names(self) -> list[str]:
+        return [n.split("<")[0] for n, *_ in self.launches]
+
+
 def env_switch_refuses(monkeypatch, attr, var, bads=("2", "on", "", "true")):
     """An on / off variable (CudaOps.<attr>, read from var): each bad value refused by a ValueError naming var and
     the value; the class attribute restored afterwards."""

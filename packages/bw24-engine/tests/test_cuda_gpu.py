@@ -186,6 +186,14 @@ def test_norm_ahead_cases_green_and_codes_without_the_norm_weight_red():
     _green_then_red(89, "norm ahead", "planted_na", "norm ahead", 4)
 
 
+def test_glu_groups_cases_green_and_a_missing_activation_red():
+    """BW24_GLU_GROUPS' cases (qmv8_glu: the unfused front's bits, g's int8 rows exact, g against the reference, verify
+    rows == fused decode rows, the fused launch run where its build does not spill) are green; the planted epilogue
+    that leaves the activation out turns all 5 red (the four T = 1 cases against the unfused launches, the 5-token one
+    against its fused decode rows)."""
+    _green_then_red(113, "glu groups", "planted_glug", "glu groups", 5)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's
@@ -294,6 +302,38 @@ def test_token_ring_decode_equals_the_copies_and_a_silent_step_raises(tiny_model
     gpu.ops.publish_token = lambda token, pos: None
     with pytest.raises(RuntimeError, match="still unset"):
         greedy_decode(gpu.model, ids, 8, ahead=1)
+
+
+def test_glu_groups_decode_equals_the_unfused_front_bit_for_bit(tmp_path_factory):
+    """BW24_GLU_GROUPS=1 (kernels/qmatvec_q8.cu qmv8_glu) on a 2-layer synthetic qwen3-0.6b (1,024 hidden dims: the q8
+    path): 64 greedy tokens through the captured step and the last step's logits bit for bit the unfused front's, with
+    qmv8_glu in the step and no glu_q8 (a 20-token prompt: prefill's GEMMs, then decode rows alone). With the
+    norm-ahead (on by size here) each FFN front reads the output projection's norm rows; without it, an rmsnorm's. The
+    planted epilogue (the activation left out) changes the logits."""
+    from bw24.engine import Engine
+    from bw24.engine.graph import greedy_decode
+    from bw24.gguf.synth import synth
+
+    path = tmp_path_factory.mktemp("m") / "qwen3-0.6b-2l.gguf"
+    synth("qwen3-0.6b", path, mix="q4_k_m", seed=5, n_layer=2)
+    ids = [int(i) for i in np.random.default_rng(4).integers(5, 5000, 20)]
+
+    def run(on: bool, na: bool, variant: str = ""):
+        gpu = Engine.load(str(path), backend="cuda", n_ctx=128, progress=False)
+        assert gpu.ops.norm_ahead  # (the 0.6B's size policy)
+        gpu.ops.glu_groups, gpu.ops.norm_ahead, gpu.ops.variant, names = on, na, variant, set()
+        orig = gpu.ops._k_with
+        gpu.ops._k_with = lambda f, n, *a: (names.add(n.partition("<")[0]), orig(f, n, *a))[1]
+        toks = greedy_decode(gpu.model, ids, 64, ahead=1)
+        return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), names
+
+    for na in (True, False):
+        toks, logits, names = run(True, na)
+        ref_toks, ref_logits, ref_names = run(False, na)
+        assert "qmv8_glu" in names and "glu_q8" not in names and ("qmv8_na" in names) == na
+        assert "glu_q8" in ref_names and "qmv8_glu" not in ref_names
+        assert toks == ref_toks and np.array_equal(logits, ref_logits), na
+    assert not np.array_equal(run(True, False, "planted_glug")[1], ref_logits)
 
 
 def _classed_decode(tiny_model, ids, variant: str = ""):

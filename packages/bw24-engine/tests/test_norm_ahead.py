@@ -219,65 +219,11 @@ def test_the_variable_decides_else_the_models_size_refused_or_recorded(monkeypat
     assert ("BW24_PLANTED_NA", 1) not in ops.kernel_defines("norm.cu")
 
 
-class DispatchOps:
-    """What CudaOps.matmul_norm_ahead and CudaOps.matmul_multi read and call, without a GPU: launches recorded with
-    their arguments by the kernels' parameter names (so a role swapped in the host's argument list shows), scratch
-    kept by key (so the consumer's inputs can be matched with the producer's outputs)."""
-
-    def __init__(self, helpers, W=4, R=4):
-        self.dev, self.params = helpers.HostDev, helpers.kernel_params
-        self.norm_ahead, self.emulating, self.norm_fuse, self.verify_rows, self._q8_ready = True, False, False, None, None
-        self.qmv_configs = SimpleNamespace(plan=lambda qt, n, k, gate_force=True: ("q8", W, R), loads=lambda qt, n, k: 0)
-        self.scratch, self.launches, self.qmv8_loads = {}, [], None
-
-    def _verify_plan(self, *a):
-        from bw24.engine.ops.cuda.backend import CudaOps
-
-        return CudaOps._verify_plan(self, *a)
-
-    def _multi_plan(self, ws, K):
-        from bw24.engine.ops.cuda.backend import CudaOps
-
-        return CudaOps._multi_plan(self, ws, K)
-
-    def _buf(self, key, n, dtype=f32, zeroed=False):
-        if key not in self.scratch or self.scratch[key].size < n:
-            self.scratch[key] = np.zeros(max(n, 1), dtype).view(self.dev)
-        return self.scratch[key][:n]
-
-    def _k(self, file, name):
-        return file, name
-
-    def _k_with(self, file, name, extra):  # (a decode launch's QMV8_DECODE_LOADS: not in the recorded name)
-        return file, name
-
-    def q8_loads(self, w, n, k, nt):
-        from bw24.engine.ops.cuda.backend import CudaOps
-
-        return CudaOps.q8_loads(self, w, n, k, nt)
-
-    def _launch(self, fn, grid, block, args, shared_mem=0):
-        self._q8_ready = None
-        base = fn[1].split("<")[0]
-        names = [p.split()[-1].lstrip("*") for p in self.params(fn[0], base)]
-        assert len(names) == len(args), fn
-        self.launches.append((fn[1], dict(zip(names, args, strict=True))))
-
-    def rmsnorm(self, x, w, eps, *, out):
-        self.launches.append(("rmsnorm", {}))
-
-    def matmul_multi(self, ws, x, **kw):
-        from bw24.engine.ops.cuda.backend import CudaOps
-
-        return CudaOps.matmul_multi(self, ws, x, **kw)
-
-
 def test_the_consumer_reads_what_the_producer_wrote_and_only_right_after(helpers):
     """matmul_norm_ahead then norm_matmul_multi with the same norm: quantize_x (the producer's own input), qmv8_na
     with out and residual the residual stream h and nw the norm weight, then qmv8_3n reading the very codes,
     scales and sums of squares qmv8_na wrote, with the norm's eps; no rmsnorm. Another norm weight, another eps, or
     any launch in between: rmsnorm and qmv8_3 as before (the mark is for the very next op only)."""
-    from bw24.engine.ops.cuda.backend import CudaOps
     from gguf.constants import GGMLQuantizationType as Q
 
     dev = helpers.HostDev
@@ -289,23 +235,23 @@ def test_the_consumer_reads_what_the_producer_wrote_and_only_right_after(helpers
     outs = [np.zeros((T, 256), f32).view(dev) for _ in ws]
 
     def run(norm, eps, between=None):
-        ops = DispatchOps(helpers)
-        CudaOps.matmul_norm_ahead(ops, w, x, out=h, residual=h, norm=nw, eps=1e-6)
+        ops = helpers.Q8DispatchOps()
+        ops.matmul_norm_ahead(w, x, out=h, residual=h, norm=nw, eps=1e-6)
         if between:
             between(ops)
-        CudaOps.norm_matmul_multi(ops, h, norm, eps, ws, x=xb, outs=outs)
-        return ops, [n.split("<")[0] for n, _ in ops.launches]
+        ops.norm_matmul_multi(h, norm, eps, ws, x=xb, outs=outs)
+        return ops, ops.names()
 
     ops, names = run(nw, 1e-6)
     assert names == ["quantize_x", "qmv8_na", "qmv8_3n"]
-    (_, prod), (_, cons) = ops.launches[1], ops.launches[2]
+    (_, prod, *_), (_, cons, *_) = ops.launches[1], ops.launches[2]
     assert prod["out"] is h and prod["residual"] is h and prod["nw"] is nw
     for a, b in (("yq", "xq"), ("ys", "xs"), ("yss", "nss")):
         assert np.shares_memory(prod[a], cons[b]), (a, b)
     assert not np.shares_memory(prod["xq"], prod["yq"])  # its input's codes stay apart from the norm's
     assert cons["eps"] == f32(1e-6) and cons["out0"] is outs[0] and cons["out1"] is outs[1]
     for norm, eps, between in ((other, 1e-6, None), (nw, 1e-5, None),
-                               (nw, 1e-6, lambda o: o._launch(("qmatvec_q8.cu", "quantize_x"), (1,), 32,
+                               (nw, 1e-6, lambda o: o._launch(o._k("qmatvec_q8.cu", "quantize_x"), (1,), 32,
                                                               (x, 1, K, x, x)))):
         names = run(norm, eps, between)[1]
         assert names[names.index("rmsnorm"):] == ["rmsnorm", "quantize_x", "qmv8_3"]  # (this stand-in's rmsnorm

@@ -453,6 +453,89 @@ def norm_ahead_case(qt, cqts, T: int, K: int, N: int, cfg: tuple[int, int]) -> C
     return run
 
 
+def glu_groups_case(qt, T: int, K: int, F: int, cfg: tuple[int, int], na: bool) -> Case:
+    """BW24_GLU_GROUPS: a dense FFN's front (ffn_glu: rmsnorm, or a norm-ahead's producer when na, then gate/up and the
+    GLU) with qmv8_glu against the same call unfused (qmv8_3(n) + glu_q8), bit for bit: g after the GLU, u, and the int8
+    rows the down projection reads (q8.quantize right after, which must launch nothing either way); the fused launch ran
+    exactly where glu_kernel gives a build (no glu_q8 then), else the unfused launches did. g against the reference (the
+    GLU of the dequantized input's float64 products: the rmsnorm's rows, or r times the norm-ahead's codes) and its int8
+    rows exactly against quantize_x_ref of the device's g. For T > 1, every row equal to a T = 1 call's (verify rows ==
+    decode rows, the T = 1 call fused). cfg: the (warps, rows) forced on the gate/up weights (and a norm-ahead
+    producer's). The planted_glug canary (the activation left out of the epilogue) turns every case red."""
+    from .ops.cuda import q8 as q8_ops
+
+    def run(name, ref, cu, rng):
+        eps = 1e-6
+        wg_t, wu_t = (_weight(qt, F, K, rng, f"{name}.{p}") for p in ("gate", "up"))
+        wo_t = _weight(Q.Q4_K, K, 1024, rng, f"{name}.wo") if na else None
+        wg, wu = cu.load_weight(wg_t), cu.load_weight(wu_t)
+        wo = cu.load_weight(wo_t) if na else None
+        nw = (1 + 0.1 * rng.standard_normal(K)).astype(np.float32)
+        h0, xin = (rng.standard_normal((T, K)) * 2).astype(np.float32), _x(rng, T, 1024)
+        nwd = _dev(cu, nw)
+
+        def step(rows, fused):
+            hd, xb = _dev(cu, h0[rows]), cu.zeros((len(rows), K))
+            g, u = cu.zeros((len(rows), F)), cu.zeros((len(rows), F))
+            got = {}
+
+            def call():
+                if na:
+                    cu.matmul_norm_ahead(wo, _dev(cu, xin[rows]), out=hd, residual=hd, norm=nwd, eps=eps)
+                cu.ffn_glu(hd, nwd, eps, wg, wu, "silu", x=xb, g=g, u=u)
+                got["n_after"] = count_launches(cu, lambda: got.setdefault("codes", q8_ops.quantize(cu, g)))
+            with setting(cu, "glu_groups", fused), setting(cu, "norm_ahead", na):
+                names = kernel_names(cu, call)
+            xq, xs = got["codes"]
+            codes = np.concatenate([cu.to_host(xq).astype(np.float64), cu.to_host(xs).astype(np.float64)])
+            src = q8_ops.na_buffers(cu, len(rows), K) if na else (cu.to_host(xb),)
+            src = tuple(cu.to_host(a) for a in src) if na else src
+            return names, got["n_after"], cu.to_host(g), cu.to_host(u), codes, src
+
+        all_rows = list(range(T))
+        with _forced(cu, [qt, Q.Q4_K], *cfg):
+            names, n_after, g, u, codes, src = step(all_rows, True)
+            u_names, u_after, ug, uu, ucodes, _ = step(all_rows, False)
+            with setting(cu, "glu_groups", True):
+                plan = q8_ops.glu_plan(cu, (wg, wu), cu.zeros((T, K)), cu.zeros((T, F)))
+            built = plan is not None and q8_ops.glu_kernel(cu, (wg, wu), *plan, na) is not None
+            rows = [step([t], True) for t in range(T)] if T > 1 else []
+        short = [n.partition("<")[0] for n in names]  # (kernels asked for: a spilled build is asked for, not launched)
+        fused_ran = "qmv8_glu" in short and "glu_q8" not in short
+        if (fused_ran != built or "glu_q8" not in short and not built or n_after or u_after
+                or "qmv8_glu" in [n.partition("<")[0] for n in u_names] or (T == 1 and not built)):
+            return compare(name + f" (launches {names} / unfused {u_names}; build {built})", "exact", np.ones(1),
+                           np.zeros(1))
+        G = F // 32
+        results = [compare(name + " == unfused", "exact", np.concatenate([g.ravel(), u.ravel(), codes]),
+                           np.concatenate([ug.ravel(), uu.ravel(), ucodes]))]
+        wq, wd, wsum = quantize_x_ref(g)
+        xq, xs = codes[: T * F], codes[T * F:].astype(np.int64).astype(np.int32)
+        dq, dsum = unpack_xs(xs.reshape(T, G, 2))
+        results.append(compare(name + " g's int8 rows", "exact",
+                               np.concatenate([xq, dq.view(np.int32).ravel(), dsum.ravel()]),
+                               np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel()])))
+        if na:  # the consumer's input: r times the norm-ahead's codes of h * norm weight (norm_ahead_case's)
+            yq, ys, yss = src
+            d, _ = q8_ops.unpack_xs(ys.reshape(T, K // 32, 2))
+            r = q8_ops.na_scale_ref(yss.reshape(T, K // 32), K, eps)
+            xn = (yq.reshape(T, K // 32, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, K)
+            xn = xn * r[:, None]
+        else:
+            xn = dequantize_x_ref(src[0])
+        a = (xn @ np.asarray(ref.load_weight(wg_t).data, np.float64).T).astype(np.float32)
+        b = (xn @ np.asarray(ref.load_weight(wu_t).data, np.float64).T).astype(np.float32)
+        want = np.empty_like(a)
+        ref.glu(a, b, "silu", out=want)
+        results.append(compare(name + " g", "matmul_q8", g, want))
+        if rows:
+            results.append(compare(name + " ==rows", "exact", np.concatenate([np.concatenate([rw[2], rw[3]], axis=1)
+                                                                             for rw in rows]),
+                                   np.concatenate([g, u], axis=1)))
+        return max(results, key=lambda res: (not res.ok, res.rel))
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for T, k, add in ((1, 4096, True), (5, 2048, False), (16, 5120, True), (1, 2048, False)):
         yield f"q8 fused rmsnorm T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
@@ -479,6 +562,13 @@ def cases() -> Iterator[tuple[str, Case]]:
                                    (Q.Q8_0, (Q.Q8_0, Q.Q8_0), 12, 1024, 2048, (2, 2))):
         yield (f"norm ahead {qt.name} -> {'+'.join(c.name for c in cqts)} T={T} K={K} N={N} W,R={cfg}",
                norm_ahead_case(qt, cqts, T, K, N, cfg))
+    # BW24_GLU_GROUPS: the 0.6B's FFN front behind its norm-ahead (W, R = 1, 4) and behind an rmsnorm, the Q4_K_M 8B's
+    # config (2, 4: a block of 1,024 threads), a 5-token verify (its rows against fused decode rows), a Q8_0 config
+    for qt, T, K, F, cfg, na in ((Q.Q4_K, 1, 1024, 3072, (1, 4), True), (Q.Q4_K, 1, 1024, 3072, (1, 4), False),
+                                 (Q.Q4_K, 1, 4096, 2048, (2, 4), False), (Q.Q4_K, 5, 1024, 3072, (1, 4), True),
+                                 (Q.Q8_0, 1, 2048, 1024, (2, 8), False)):
+        yield (f"glu groups {qt.name} T={T} K={K} F={F} W,R={cfg}{' norm ahead' if na else ''}",
+               glu_groups_case(qt, T, K, F, cfg, na))
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     yield "q8 round_x (gate emulation) T=3 K=544", round_case(3, 544, False)

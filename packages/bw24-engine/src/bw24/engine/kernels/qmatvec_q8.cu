@@ -335,3 +335,44 @@ qmv8_na(const void* __restrict__ pa, const void* __restrict__ pb, const void* __
         if (lane == 0) yss[(i64)t * G + g] = ss;
     }
 }
+
+// BW24_GLU_GROUPS (ops/cuda/q8.py glu_plan): a dense FFN's gate and up of one input (Q/K/V's sibling, qmv8_3 /
+// qmv8_3n with two parts) whose block owns one int8 group of the down projection's input: rows 32b .. 32b + 31 of
+// gate and the same rows of up, in 2 * (32 / R) sub-blocks of W warps, each qmv8's block of R rows (qmv8_rows, so g
+// and u have the bits of qmv8_3(n) at the same W, whatever R). Then warp t of the block takes token t's group:
+// lane j computes act(g) * u for row 32b + j, writes it over g and quantizes the group (quant_group32) into yq / ys,
+// the down projection's input: glu_q8's arithmetic on the same floats, so the same bits, one launch a layer fewer.
+// Why: glu_q8 is a launch on the step's chain for 32 bytes of work a group: 44 us of the 0.6B's 601-us step and
+// 55 of the 8B's at 4,096 keys (H100, 7f01f4c, benchmarks/gpu_knockout.py). qmv8_na (a block of one group, its
+// epilogue the next norm's codes) gained the 0.6B 2.7% where 00a5378's tickets (the last block of a group doing
+// the group) lost 12.4%: this is qmv8_na's form. Gate and up must share a format (every sub-block runs the same
+// code, reduce_store's barrier included); NA: x is a norm-ahead's rows (nss, eps as qmv8_3n). yq / ys are their
+// own scratch (q8.glu_buffers): the non-NA input's codes sit in the q8 scratch, which other blocks still read.
+template <int FMT, int W, int R, int NT, bool NA>
+__global__ void __launch_bounds__(64 / R * W * 32)
+qmv8_glu(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int F,
+         const void* ga, const void* gb, const void* gc, const void* gd, float* g,
+         const void* ua, const void* ub, const void* uc, const void* ud, float* u,
+         int act, i8* __restrict__ yq, int2* __restrict__ ys, const float* __restrict__ nss, float eps) {
+    PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
+    static_assert(32 % R == 0 && 64 / R * W <= 32, "a block of 32 gate and 32 up rows in sub-blocks of R rows");
+    constexpr int S = 32 / R, BT = W * 32;
+    __shared__ float red[2 * S * W * R * NT];
+    const int s = threadIdx.x / BT, up = s >= S;  // sub-blocks 0 .. S-1 gate, S .. 2S-1 up
+    const Planes p = up ? Planes{ua, ub, uc, ud} : Planes{ga, gb, gc, gd};
+    qmv8_rows<FMT, W, R, NT, NA>(p, xq, xs, K, F, T, nullptr, nullptr, up ? u : g, 0.f,
+                                 blockIdx.x * 32 + (s - up * S) * R, red + s * W * R * NT, threadIdx.x - s * BT,
+                                 nss, eps);
+    __syncthreads();  // the block's 32 rows of g and u for every token are written (and visible to the block)
+    const int lane = threadIdx.x & 31, G = F >> 5, b = blockIdx.x, n = 32 * b + lane;
+    for (int t = threadIdx.x >> 5; t < T; t += 2 * S * W) {
+        const i64 i = (i64)t * F + n;
+#ifdef BW24_PLANTED_GLUG
+        const float v = g[i] * u[i];  // kernel_check canary: the activation left out
+#else
+        const float v = glu_act(g[i], act) * u[i];
+#endif
+        g[i] = v;
+        quant_group32(v, lane, yq + (i64)t * F + 32 * b, ys + (i64)t * G + b);
+    }
+}

@@ -400,6 +400,11 @@ class CudaOps(Ops):
     # blocks lost more, kernels/qmatvec_q8.cu). Unmeasured between 1,024 and 4,096: off there.
     norm_ahead_env = os.environ.get("BW24_NORM_AHEAD")
     norm_ahead = False  # in force: the variable, else _norm_policy by the model's size
+    # A dense FFN's gate and up on the q8 path in blocks of one int8 group of the down projection's input, the GLU
+    # and its quantization in their epilogue (kernels/qmatvec_q8.cu qmv8_glu, why there; ops/cuda/q8.py glu_plan):
+    # no glu_q8 launch, the same bits. Opt-in (BW24_GLU_GROUPS=1; perf rows "glu_groups") until a GPU has timed it.
+    glu_groups_env = os.environ.get("BW24_GLU_GROUPS", "0")
+    glu_groups = glu_groups_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -569,6 +574,7 @@ class CudaOps(Ops):
                                       ("no_token_ring", self.token_ring_env == "0"),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
+                                      ("glu_groups", self.glu_groups),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
@@ -646,6 +652,8 @@ class CudaOps(Ops):
                  "stages", True),
                 ("BW24_MOE_ROUTER_NORM", self.moe_router_norm_env, "a MoE block's input RMSNorm inside the router's "
                  "launch", False),
+                ("BW24_GLU_GROUPS", self.glu_groups_env, "a dense FFN's GLU and its int8 rows inside the gate/up "
+                 "matvec's blocks", False),
                 ("BW24_ATTN_DEC_EARLY", self.attn_dec_early_env, "the tensor-core attention's first tiles of older "
                  "cache rows before the PDL wait", True),
                 ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
@@ -742,6 +750,7 @@ class CudaOps(Ops):
                    "planted_qmv8late": (("BW24_PLANTED_QMV8LATE", 1),),
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
+                   "planted_glug": (("BW24_PLANTED_GLUG", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_routerpf": (("BW24_PLANTED_ROUTERPF", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
@@ -1101,10 +1110,28 @@ class CudaOps(Ops):
     def ffn_glu(self, h, norm, eps: float, w_gate, w_up, act, *, x, g, u):
         """Prefill rows (T > 16): gate and up as one stacked GEMM whose epilogue applies the GLU
         (prefill.gemm_multi, gemm_epilogue_glu: two epilogues and a glu launch fewer, the same bits).
-        Otherwise norm_matmul_multi, then glu. (Decode's front in one qmv_glu launch, BW24_GLU_FUSE, was
-        measured slower at ca80b31, 988 vs 1128 tok/s on the 0.6B, and removed.)"""
+        Decode / verify rows with BW24_GLU_GROUPS (q8.glu_plan: where): one qmv8_glu launch whose blocks own an int8
+        group of g each, the GLU and g's int8 rows in their epilogue (no glu_q8 launch; the same bits), behind an
+        rmsnorm, or reading the norm-ahead's rows that the matvec ahead left (as matmul_multi). Otherwise
+        norm_matmul_multi, then glu. (Decode's front in one qmv_glu launch, BW24_GLU_FUSE, one warp a row of gate
+        and up on the fp32 path, was measured slower at ca80b31, 988 vs 1128 tok/s on the 0.6B, and removed.)"""
         T, K = h.shape
         N = w_gate.n
+        if T <= QMV_NT[-1]:
+            from . import q8
+
+            ws, plan = (w_gate, w_up), q8.glu_plan(self, (w_gate, w_up), h, g)
+            na = self._q8_ready == ("norm_ahead", h.data.ptr, T, K, norm.data.ptr, float(eps))
+            fn = None if plan is None else q8.glu_kernel(self, ws, *plan, na)  # (None: its build spills)
+            if fn is not None:
+                if act not in ACTIVATIONS:
+                    raise ValueError(f"activation {act!r} not in {ACTIVATIONS}")
+                assert g.shape == u.shape == (T, N) and g.flags.c_contiguous and u.flags.c_contiguous
+                if not na:  # (the norm-ahead's mark is for the very next launch: read before rmsnorm's)
+                    self.rmsnorm(h, norm, eps, out=x)  # x and its int8 rows (rmsnorm_reg with xq: quantize skips)
+                q8.matmul_glu(self, fn, ws, h if na else x, g, u, *plan[:2], ACTIVATIONS.index(act),
+                              na_eps=float(eps) if na else None)
+                return
         if T > QMV_NT[-1] and w_gate.k == w_up.k == K:  # prefill: the GLU in the stacked GEMM's epilogue
             from .prefill import gemm_multi
 

@@ -141,8 +141,11 @@ def mark_ready(ops, x) -> None:
 
 def quantize(ops, x):
     """x [T, K] -> (xq, xs) in the q8 scratch: one quantize_x launch, none when the launch just before
-    was a fused producer of these very rows (rmsnorm_reg with xq, glu_q8: CudaOps._q8_ready)."""
+    was a fused producer of these very rows (rmsnorm_reg with xq, glu_q8: CudaOps._q8_ready), or where
+    qmv8_glu left them in its own scratch (matmul_glu's mark: glu_buffers)."""
     T, K = x.shape
+    if ops._q8_ready == ("glu", x.data.ptr, T, K):
+        return glu_buffers(ops, T, K)
     xq, xs = buffers(ops, T, K)
     if ops._q8_ready != (x.data.ptr, T, K):
         ops._launch(ops._k("qmatvec_q8.cu", "quantize_x"), (math.ceil(T * (K // 32) / QX_WARPS),), 32 * QX_WARPS,
@@ -284,3 +287,68 @@ def matmul_na(ops, w, x, out, W: int, R: int, nt: int, residual, nw) -> None:
             nw, yq, ys, yss)
     ops._launch(ops._k_with("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>", ops.q8_loads(w, N, K, nt)),
                 (N // 32,), 32 // R * W * 32, args)
+
+
+# ---- BW24_GLU_GROUPS: the GLU and its int8 rows in the gate/up matvec's blocks (kernels/qmatvec_q8.cu qmv8_glu) ---
+GLU_MAX_WARPS = 32  # a qmv8_glu block: 2 * (32 / R) sub-blocks of W warps, at most 1024 threads
+
+
+def glu_buffers(ops, T: int, F: int):
+    """qmv8_glu's int8 rows of g [T, F] (the down projection's input): (yq int8 [T*F], ys int32 [T*G*2]). Their own
+    keys: without a norm-ahead, the gate/up's input codes sit in the q8 scratch, which other blocks still read while
+    a block writes its group."""
+    G = F // 32
+    cap = max(T, QMV_NT[-1])
+    return ops._buf("q8g_x", cap * F, np.int8)[: T * F], ops._buf("q8g_s", cap * G * 2, np.int32)[: T * G * 2]
+
+
+def glu_plan(ops, ws, x, g) -> tuple[int, int, int] | None:
+    """(W, R, NT) of a qmv8_glu launch for g = act(x Wg^T) * (x Wu^T) (ws = (gate, up)), or None where it does not
+    apply: BW24_GLU_GROUPS off (ops.glu_groups), not decode / verify rows, the gate's rounding alone (ops.emulating),
+    gate and up of other shapes or formats (every sub-block runs one instance), not on the q8 path (the gate/up's, or
+    by feeds_q8 the down projection's), F not in whole groups, or a block past GLU_MAX_WARPS at this T's rows. W is
+    the unfused launch's (CudaOps._multi_plan), so g and u have qmv8_3(n)'s bits, and where the block does not fit
+    (the 16-token bucket of a W > 1 config) the unfused launches give the same rows: verify rows equal decode rows
+    either way."""
+    T, K = x.shape
+    if not (getattr(ops, "glu_groups", False) and T <= QMV_NT[-1] and not ops.emulating and len(ws) == 2):
+        return None
+    wg, wu = ws
+    F = wg.n
+    if wu.n != F or wg.qtype != wu.qtype or wg.k != K or wu.k != K or F % 32 or not feeds_q8(ops, g):
+        return None
+    q8, W, R = ops._multi_plan(ws, K)
+    if not q8:
+        return None
+    nt, R = ops._verify_plan("q8", T, R, ws, K)
+    return (W, R, nt) if 32 % R == 0 and (64 // R) * W <= GLU_MAX_WARPS else None
+
+
+def glu_kernel(ops, ws, W: int, R: int, nt: int, na: bool):
+    """qmv8_glu's build for glu_plan's (W, R, NT), or None where that build spills registers to local memory (CuPy's
+    local_size_bytes): the caller then takes the unfused launches, whose rows have the same bits. Why: a block of
+    1,024 threads leaves a thread 64 registers, and ptxas (CUDA 13, sm_90a) spilled the 8B Q8_0's decode instance
+    (<3,4,8,1,false>, 400 B) and the 0.6B's 5-token verify (<7,1,4,5,true>, 332 B), while the 0.6B's and the Q4_K_M
+    8B's decode instances spill nothing (78 and 64 registers)."""
+    wg = ws[0]
+    name = f"qmv8_glu<{wg.fmt},{W},{R},{nt},{'true' if na else 'false'}>"
+    fn = ops._k_with("qmatvec_q8.cu", name, ops.q8_loads(wg, 2 * wg.n, wg.k, nt))
+    return None if getattr(fn, "local_size_bytes", 0) else fn
+
+
+def matmul_glu(ops, fn, ws, x, g, u, W: int, R: int, act: int, na_eps: float | None = None) -> None:
+    """qmv8_glu (fn, glu_kernel's): g = act(x Wg^T) * (x Wu^T) and g's int8 rows (into glu_buffers) in F / 32 blocks
+    of one group each (glu_plan's conditions); u holds x Wu^T. na_eps: x is the residual stream h of a norm-ahead
+    (matmul_na just wrote the norm's rows), as matmul_multi's. Marks g's rows for the next launch's quantize."""
+    T, K = x.shape
+    wg, wu = ws
+    F = wg.n
+    if na_eps is None:
+        (xq, xs), tail = quantize(ops, x), [NULL, np.float32(0.0)]
+    else:
+        xq, xs, ss = na_buffers(ops, T, K)
+        tail = [ss, np.float32(na_eps)]
+    yq, ys = glu_buffers(ops, T, F)
+    args = (xq, xs, np.int32(K), np.int32(T), np.int32(F), *wg.args(), g, *wu.args(), u, np.int32(act), yq, ys, *tail)
+    ops._launch(fn, (F // 32,), 64 // R * W * 32, args)
+    ops._q8_ready = ("glu", g.data.ptr, T, F)

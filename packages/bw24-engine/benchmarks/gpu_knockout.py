@@ -1,7 +1,12 @@
 """What each kernel family costs on a replayed decode step's critical path: the step's graph captured again
 without that family's launches, timed beside the whole step.
 
-python packages/bw24-engine/benchmarks/gpu_knockout.py OUTDIR PRESET[:QUANT[:DEPTH]] [SET ...]
+python packages/bw24-engine/benchmarks/gpu_knockout.py OUTDIR PRESET[:QUANT[:DEPTH[:ROWS]]] [SET ...]
+
+ROWS > 1: the replayed step is a speculative verify of ROWS ids instead (spec.device.FastVerifier's: forward of ROWS
+rows with every row's logits, then the rows' argmax on the device), the MTP round's verify at ROWS = K + 1 = 4. Why:
+issue 8's MTP round costs 1.78x a plain step (target 1.25x), mostly its verify, ~1.45 steps, while its matvecs alone
+are ~1.14x a decode step's (the verify sweep at 5107205): this says which families hold the rest.
 
 A SET is `+`-joined substrings of kernel names (`rmsnorm`, `rope_kv`, `attn_split+attn_combine+attn_dec_mma`);
 each SET's launches are left out of the captured step. Under PDL a kernel's duration in a profile overlaps its
@@ -62,6 +67,32 @@ def unknock(ops) -> None:
         ops.__dict__.pop(attr, None)
 
 
+def split_rows(spec: str) -> tuple[str, int]:
+    """PRESET[:QUANT[:DEPTH[:ROWS]]] -> (the rest for gpu_profile.parse_spec, ROWS: 1 unless given, at most 16)."""
+    parts = spec.split(":")
+    if len(parts) < 4:
+        return spec, 1
+    if len(parts) > 4 or not parts[3].isdigit() or not 1 <= int(parts[3]) <= 16:
+        raise SystemExit(f"{spec!r}: use PRESET[:QUANT[:DEPTH[:ROWS]]], ROWS 1 .. 16 (a verify's rows)")
+    return ":".join(parts[:3]), int(parts[3])
+
+
+def verify_step(m, ops, rows: int, rng):
+    """The replayed step of a verify of `rows` ids (spec.device.FastVerifier._step's: every row's logits, their
+    argmax on the device); the ids are drawn once and stay in the buffer (the step never writes them)."""
+    import numpy as np
+    from bw24.engine.spec.device import DeviceIO
+
+    io, ids = DeviceIO(ops), m.buf.view(rows).ids
+    out = ops.zeros((2 * rows,), np.int32)
+    ops.copy_from_host(ids, rng.integers(10, m.cfg.n_vocab - 10, size=rows).astype(np.int32))
+
+    def step() -> None:
+        io.argmax_rows(m.forward(rows, last_only=False), ids, out)
+
+    return step
+
+
 def main() -> int:
     import numpy as np
     from bw24.engine import Engine
@@ -71,17 +102,22 @@ def main() -> int:
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    preset, quant, depth = parse_spec(sys.argv[2])
+    spec, rows = split_rows(sys.argv[2])
+    preset, quant, depth = parse_spec(spec)
     sets = sys.argv[3:] or default_sets()
-    eng = Engine.load(model_file(preset, quant), backend="cuda", n_ctx=max(4096, depth + 256) + 256, progress=False)
+    # (a verify's replays take ROWS positions each: room for ~200 of them past the decode knockout's cache)
+    n_ctx = max(4096, depth + 256) + 256 + (200 * rows if rows > 1 else 0)
+    eng = Engine.load(model_file(preset, quant), backend="cuda", n_ctx=n_ctx, progress=False)
     m, ops = eng.model, eng.ops
     if m.cfg.n_expert:
         raise SystemExit("knockout: dense models only (stale router logits could route out of bounds)")
     rng = np.random.default_rng(0)
     prompt = rng.integers(10, m.cfg.n_vocab - 10, size=max(depth, 1)).tolist()
     params = SamplingParams()
-    name = f"{Path(str(preset)).name.removesuffix('.gguf')}-{quant}_d{depth}"
-    lines = [f"## knockout {name}: {STEPS} replayed steps a row, at depth {depth}"]
+    name = f"{Path(str(preset)).name.removesuffix('.gguf')}-{quant}_d{depth}" + (f"_T{rows}" if rows > 1 else "")
+    unit = "us/token" if rows == 1 else "us/step "
+    what = "steps" if rows == 1 else f"{rows}-row verify steps"
+    lines = [f"## knockout {name}: {STEPS} replayed {what} a row, at depth {depth}"]
     base = None
     for s in ["", *sets]:  # "" = the whole step, first
         m.kv.reset()
@@ -89,9 +125,10 @@ def main() -> int:
         ops.sample(m.buf.logits[0], params, m.kv.pos, out=m.buf.view(1).ids)
         skipped = knock_out(ops, ALWAYS + tuple(p for p in s.split("+") if p))
         try:
-            run = ops.capture(decode_step(m, params), keys=lambda: m.kv.n_past)
+            step = decode_step(m, params) if rows == 1 else verify_step(m, ops, rows, rng)
+            run = ops.capture(step, keys=lambda: m.kv.n_past)
             for _ in range(3):  # eager, capture (the two calls that launch from Python), replay
-                m.kv.reserve(1)
+                m.kv.reserve(rows)
                 run()
             ops.synchronize()
             n_cap = {k: v // 2 for k, v in skipped.items() if k not in ALWAYS}
@@ -99,7 +136,7 @@ def main() -> int:
             for _ in range(3):
                 t0 = time.perf_counter()
                 for _ in range(STEPS):
-                    m.kv.reserve(1)
+                    m.kv.reserve(rows)
                     run()
                 ops.synchronize()
                 best = min(best, (time.perf_counter() - t0) * 1e6 / STEPS)
@@ -107,7 +144,7 @@ def main() -> int:
             unknock(ops)
         base = base or best
         left = ", ".join(f"{k} x{v}" for k, v in sorted(n_cap.items())) or "-"
-        lines.append(f"{s or 'whole step':<48} {best:8.1f} us/token  {base - best:+8.1f} us  "
+        lines.append(f"{s or 'whole step':<48} {best:8.1f} {unit}  {base - best:+8.1f} us  "
                      f"({(base - best) / base:+6.1%})  left out a step: {left}")
         print(lines[-1], flush=True)
     (out / f"knockout_{name}.txt").write_text("\n".join(lines) + "\n")

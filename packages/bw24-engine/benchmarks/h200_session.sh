@@ -7,7 +7,7 @@
 #         f32 STAGE ARGS (that stage with a float32 KV cache, BW24_KV_DTYPE=f32; logs under /tmp/r/f32)
 #         | with VAR=VALUE STAGE ARGS (that stage with the variable set, e.g. BW24_ATTN_Q8=1; logs under /tmp/r/VAR_VALUE)
 #         | moesweep (benchmarks/gpu_moe_decode.py: the MoE decode layer and its kernel configs)
-#         | knockout PRESET:QUANT:DEPTH... (benchmarks/gpu_knockout.py: the step without each kernel family)
+#         | knockout PRESET:QUANT:DEPTH[:ROWS]... (benchmarks/gpu_knockout.py: the step, or a ROWS-row verify, without each kernel family)
 #         | loopgap PRESET:QUANT:DEPTH... (benchmarks/gpu_loop_gap.py: the step in seven loops, the loop's costs apart)
 #         | streamprobe (benchmarks/gpu_stream_probe.py: the attention cache's bytes streamed alone, in pass 1's shapes)
 #         | attnsweep [ARGS] (benchmarks/gpu_attn_sweep.py: the decode attention a layer across the deep rows' settings)
@@ -173,7 +173,7 @@ PY
   dequant)  # prefill's weight dequantization alone, plain vs staged stores (BW24_DEQ_STAGED): GB/s per chunk (gpu_dequant.py)
     (hdr; timeout 240 python3 $B/gpu_dequant.py $R/dequant; echo "dequant rc=$?") > $R/dequant.log 2>&1
     tail -14 $R/dequant.log ;;
-  knockout)  # knockout PRESET:QUANT:DEPTH...: each model's decode step's graph without each kernel family (gpu_knockout.py)
+  knockout)  # knockout PRESET:QUANT:DEPTH[:ROWS]...: each model's decode step's graph (a ROWS-row verify's) without each kernel family (gpu_knockout.py)
     (hdr; for m in "$@"; do [[ $m == *:* ]] && timeout 200 python3 $B/gpu_knockout.py $R/knockout "$m"; done
      echo "knockout rc=$?") >> $R/knockout.log 2>&1
     grep -E "^(## |[a-z])" $R/knockout.log | cut -c1-150 | tail -24 ;;

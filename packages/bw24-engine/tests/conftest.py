@@ -246,14 +246,14 @@ class Q8DispatchOps:
     int8 rows, so the plain path quantizes after it). spills: local memory bytes every build reports (q8.glu_kernel)."""
 
     _cuda = ("_verify_plan", "_multi_plan", "q8_loads", "matmul_multi", "matmul", "matmul_norm_ahead",
-             "norm_matmul_multi", "ffn_glu", "glu")
+             "norm_matmul_multi", "ffn_glu", "glu", "qkv_rope_attention")
 
     def __init__(self, W=4, R=4, spills=0):
         from types import SimpleNamespace
 
         self.dev, self.params, self.spills = HostDev, kernel_params, spills
         self.norm_ahead, self.emulating, self.norm_fuse, self.verify_rows, self._q8_ready = True, False, False, None, None
-        self.glu_groups = False
+        self.glu_groups = self.qkv_rope = False
         self.qmv_configs = SimpleNamespace(plan=lambda qt, n, k, gate_force=True: ("q8", W, R), loads=lambda qt, n, k: 0,
                                            min_k=1024)
         self.scratch, self.launches, self.qmv8_loads = {}, [], None
@@ -290,6 +290,185 @@ class Q8DispatchOps:
 
     def names(self) -> list[str]:
         return [n.split("<")[0] for n, *_ in self.launches]
+
+
+def _pack_xs(d, sums):
+    """q8.unpack_xs inverted: int32 [T, G, 2] (d's bits, s0 | s1 << 16)."""
+    lo = (sums[..., 0].astype(np.int64) & 0xFFFF) | (sums[..., 1].astype(np.int64) << 16)
+    return np.stack([d.astype(np.float32).view(np.int32), lo.astype(np.uint32).view(np.int32)], axis=-1)
+
+
+def _rope_rows(x, p: int, tab, rope_dim: int, neox: bool, nw, eps: float):
+    """rope.cu's row formula on the host (float32): rows x [n, D] of position p, the qk-norm by nw first when given,
+    then the pairs turned by the table's (cos, sin) of p; dims past rope_dim pass."""
+    x = np.array(x, np.float32)
+    half, D = rope_dim // 2, x.shape[-1]
+    if nw is not None:
+        r = (1.0 / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps)).astype(np.float32)
+        x = (x * r * np.asarray(nw, np.float32)).astype(np.float32)
+    cs = np.asarray(tab, np.float32).reshape(-1, half, 2)[p]
+    i0 = np.arange(half) if neox else 2 * np.arange(half)
+    i1 = i0 + half if neox else i0 + 1
+    a, b = x[:, i0].copy(), x[:, i1].copy()
+    x[:, i0], x[:, i1] = a * cs[:, 0] - b * cs[:, 1], b * cs[:, 0] + a * cs[:, 1]
+    assert rope_dim <= D
+    return x
+
+
+class HostQ8Ops(Q8DispatchOps):
+    """A Q8DispatchOps whose launches compute, by their formulas on the host: quantize_x, qmv8_na, qmv8_3 / qmv8_3n,
+    glu_q8, qmv8_glu, rope_table, rope_kv and qmv8_qkvr (the matvecs on the dequantized int8 rows in float64, as
+    matmul_q8_ref; rope by _rope_rows from the table, as rope.cu); rmsnorm and attention by the reference (rmsnorm
+    leaving its int8 rows where q8.feeds_q8, as rmsnorm_reg does). kernel-check's cases of the fused q8 paths run on it
+    as they do on the GPU (tests/test_kernel_case_*.py). planted: a canary's variant (planted_glug: the GLU's activation
+    left out; planted_qkvr: the new cache rows one position late); spills(name): the local memory bytes a build
+    reports."""
+
+    _cuda = Q8DispatchOps._cuda + ("rope_attention", "rope_kv")
+
+    def __init__(self, planted: str = "", spills=lambda name: 0):
+        from bw24.engine.ops.ref import RefOps
+
+        super().__init__()
+        self.ref, self.planted, self.spill_of = RefOps(), planted, spills
+        self.norm_ahead, self.forced, self.mats = False, {}, {}
+        self._rope_tabs, self._capturing = {}, False
+        self.qmv_configs.plan = lambda qt, n, k, gate_force=True: self.forced.get(qt.name, ("q8", 4, 8))
+
+    def set_launch_config(self, kind, name, cfg):
+        self.forced.pop(name, None)
+        if cfg:
+            self.forced[name] = (cfg["path"], cfg["warps"], cfg["rows"])
+
+    def load_weight(self, t):
+        from types import SimpleNamespace
+
+        from bw24.engine.ops.cuda.repack import FMT
+
+        dense = np.asarray(self.ref.load_weight(t).data, np.float64)
+        key = len(self.mats) + 1
+        self.mats[key] = dense
+        return SimpleNamespace(n=dense.shape[0], k=dense.shape[1], qtype=t.qtype, fmt=FMT[t.qtype],
+                               args=lambda: (key, 0, 0, 0))
+
+    def zeros(self, shape, dtype=np.float32):
+        return np.zeros(shape, dtype).view(self.dev)
+
+    def _put(self, a):
+        return np.array(a).view(self.dev)
+
+    def to_host(self, a):
+        return np.array(a)
+
+    def _k_with(self, file, name, extra):
+        fn = super()._k_with(file, name, extra)
+        fn.local_size_bytes = self.spill_of(name)
+        return fn
+
+    def rmsnorm(self, x, w, eps, *, out):
+        from bw24.engine.ops.cuda import q8
+
+        self._q8_ready = None
+        self.ref.rmsnorm(np.asarray(x), np.asarray(w), eps, out=out)
+        self.launches.append(("rmsnorm", {}, None, None))
+        if q8.feeds_q8(self, out):
+            xq, xs = q8.buffers(self, *out.shape)
+            self._codes(out, xq, xs)
+            q8.mark_ready(self, out)
+
+    def attention(self, q, k_cache, v_cache, pos, *, out, **kw):
+        self._q8_ready = None
+        self.launches.append(("attention", {}, None, None))
+        kc, vc = (np.asarray(c, np.float32) for c in (k_cache, v_cache))
+        self.ref.attention(np.asarray(q), kc, vc, np.asarray(pos), out=out, **kw)
+
+    def _codes(self, v, xq, xs):
+        from bw24.engine.ops.cuda import q8
+
+        q, d, s = q8.quantize_x_ref(np.asarray(v).reshape(xq.size // v.shape[-1], v.shape[-1]))
+        xq[:], xs[:] = q.ravel(), _pack_xs(d, s).ravel()
+
+    def _x(self, xq, xs, T, K, nss=None, eps=0.0):
+        from bw24.engine.ops.cuda import q8
+
+        d, _ = q8.unpack_xs(np.asarray(xs).reshape(T, K // 32, 2))
+        x = (np.asarray(xq).reshape(T, K // 32, 32).astype(np.float64) * d[..., None]).reshape(T, K)
+        return x if nss is None else x * q8.na_scale_ref(np.asarray(nss).reshape(T, K // 32), K, eps)[:, None]
+
+    def _glu(self, a, b):
+        out = np.empty_like(a)
+        if self.planted == "planted_glug":
+            out[...] = a * b
+        else:
+            self.ref.glu(a, b, "silu", out=out)
+        return out
+
+    def _mv(self, x, key, bias=None):
+        y = x @ self.mats[key].T
+        return (y if bias is None or not np.ndim(bias) else y + np.asarray(bias)).astype(np.float32)
+
+    def _rope(self, a, q, k, v, T, H, Hkv, D, late=False):
+        """rope_kv's work for T rows from pos: q [T, H*D] in place, k's and v's rows into the caches."""
+        p0, S = int(np.asarray(a["pos"])[0]), a["k_cache"].shape[1]
+        qn, kn = (None if isinstance(a[n], np.uintp) else a[n] for n in ("q_norm", "k_norm"))
+        for t in range(T):
+            p = p0 + t
+            if p >= S:
+                break
+            pw = min(p + 1, S - 1) if late else p
+            rope = dict(p=p, tab=a["tab"], rope_dim=a["rope_dim"], neox=bool(a["neox"]), eps=a["eps"])
+            q[t] = _rope_rows(q[t].reshape(H, D), nw=qn, **rope).ravel()
+            a["k_cache"][:, pw] = _rope_rows(k[t].reshape(Hkv, D), nw=kn, **rope)
+            a["v_cache"][:, pw] = v[t].reshape(Hkv, D)
+
+    def _launch(self, fn, grid, block, args, shared_mem=0):
+        from bw24.engine.ops.cuda import q8
+
+        super()._launch(fn, grid, block, args, shared_mem)
+        base, a = fn.name.split("<")[0], self.launches[-1][1]
+        if base == "quantize_x":
+            self._codes(np.asarray(a["x"]).reshape(a["T"], a["K"]), a["xq"], a["xs"])
+        elif base == "qmv8_na":
+            h = (self._mv(self._x(a["xq"], a["xs"], a["T"], a["K"]), a["pa"]) + a["residual"]).astype(np.float32)
+            a["out"][...] = h
+            yq, yd, ysum, yss = q8.na_ref(h, a["nw"])
+            a["yq"][:], a["ys"][:], a["yss"][:] = yq.ravel(), _pack_xs(yd, ysum).ravel(), yss.ravel()
+        elif base in ("qmv8_3", "qmv8_3n"):
+            x = self._x(a["xq"], a["xs"], a["T"], a["K"], a.get("nss"), a.get("eps", 0.0))
+            for i in range(3):
+                if a[f"N{i}"]:
+                    a[f"out{i}"][...] = self._mv(x, a[f"a{i}"], a[f"bias{i}"])
+        elif base == "glu_q8":
+            v = self._glu(np.asarray(a["gate"]), np.asarray(a["up"]))
+            a["out"][...] = v
+            self._codes(v, a["xq"], a["xs"])
+        elif base == "qmv8_glu":
+            x = self._x(a["xq"], a["xs"], a["T"], a["K"], a["nss"] if fn.name.endswith("true>") else None, a["eps"])
+            g, u = self._mv(x, a["ga"]), self._mv(x, a["ua"])
+            a["u"][...] = u
+            a["g"][...] = self._glu(g, u)
+            self._codes(a["g"], a["yq"], a["ys"])
+        elif base == "rope_table":
+            half, n = a["rope_dim"] // 2, a["n_pos"]
+            ang = np.arange(n, dtype=np.float64)[:, None] * a["freq_scale"] * a["base"] ** (
+                -2.0 * np.arange(half) / a["rope_dim"])
+            a["tab"][: n * half * 2] = np.stack([np.cos(ang), np.sin(ang)], -1).astype(np.float32).ravel()
+        elif base == "rope_kv":
+            T, H, Hkv, D = a["q"].shape[0], a["H"], a["Hkv"], a["D"]
+            q = np.asarray(a["q"]).reshape(T, H * D)
+            self._rope(a, q, np.asarray(a["k"]).reshape(T, -1), np.asarray(a["v"]).reshape(T, -1), T, H, Hkv, D)
+            a["q"][...] = q.reshape(a["q"].shape)
+        elif base == "qmv8_qkvr":
+            T, H, Hkv, D = a["T"], a["H"], a["Hkv"], a["k_cache"].shape[2]
+            na = fn.name.split(",")[8] == "true"
+            x = self._x(a["xq"], a["xs"], T, a["K"], a["nss"] if na else None, a["na_eps"])
+            for w, b, o in (("qa", "bq", "q"), ("ka", "bk", "k"), ("va", "bv", "v")):
+                a[o][...] = self._mv(x, a[w], a[b])
+            q = np.asarray(a["q"]).copy()
+            self._rope(a, q, a["k"], a["v"], T, H, Hkv, D, late=self.planted == "planted_qkvr")
+            a["q"][...] = q
+        else:
+            raise AssertionError(f"no host formula for {fn.name}")
 
 
 def env_switch_refuses(monkeypatch, attr, var, bads=("2", "on", "", "true")):
@@ -334,6 +513,10 @@ def env_refused_or_recorded(monkeypatch, attr, var, bads, good, default, label):
     assert f"{label}_{good}" in CudaOps.opt_in(ops)
     setattr(ops, attr, default)
     assert not any(o.startswith(label) for o in CudaOps.opt_in(ops))
+
+
+def host_q8(planted: str = "", spills=lambda name: 0) -> HostQ8Ops:
+    return HostQ8Ops(planted, spills)
 
 
 @pytest.fixture(scope="session")

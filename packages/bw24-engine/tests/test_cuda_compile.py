@@ -48,7 +48,7 @@ def test_kernel_file_compiles_with_pdl(cache, name):
 # The kernels whose PDL wait sits inside qmv8_rows / qmv_rows, after their first weight loads, (moe_router) after
 # (moe_router, moe_router_norm) after router_prefetch's loads of its rows' weights, or (attn_dec_mma) after
 # dm_early's tiles of older cache rows.
-_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv8_3n", "qmv8_na", "qmv8_glu", "qmv", "qmv3", "qmv3n", "moe_router", "moe_router_norm",
+_PDL_LATE_WAIT = {"qmv8", "qmv8_3", "qmv8_3n", "qmv8_na", "qmv8_glu", "qmv8_qkvr", "qmv", "qmv3", "qmv3n", "moe_router", "moe_router_norm",
                   "attn_dec_mma"}
 
 

@@ -194,6 +194,14 @@ def test_glu_groups_cases_green_and_a_missing_activation_red():
     _green_then_red(113, "glu groups", "planted_glug", "glu groups", 5)
 
 
+def test_qkv_rope_cases_green_and_cache_rows_one_position_late_red():
+    """BW24_QKV_ROPE's cases (qmv8_qkvr: the unfused front's bits in q, k, v, both caches and the attention's output;
+    q and the new cache rows against the reference; verify rows == fused decode rows; the fused launch run where its
+    build does not spill) are green; the planted kernel that writes the new k and v rows one position late turns all
+    5 red."""
+    _green_then_red(117, "qkv rope", "planted_qkvr", "qkv rope", 5)
+
+
 def test_attention_pipe_cases_green_and_a_wrong_prefetch_red():
     """BW24_ATTN_PIPE's cases (the next round's loads ahead of the math) are green; a planted prefetch that
     re-reads the current round turns the bitwise cases whose warps run more than one round red (the 8B's
@@ -304,36 +312,51 @@ def test_token_ring_decode_equals_the_copies_and_a_silent_step_raises(tiny_model
         greedy_decode(gpu.model, ids, 8, ahead=1)
 
 
-def test_glu_groups_decode_equals_the_unfused_front_bit_for_bit(tmp_path_factory):
-    """BW24_GLU_GROUPS=1 (kernels/qmatvec_q8.cu qmv8_glu) on a 2-layer synthetic qwen3-0.6b (1,024 hidden dims: the q8
-    path): 64 greedy tokens through the captured step and the last step's logits bit for bit the unfused front's, with
-    qmv8_glu in the step and no glu_q8 (a 20-token prompt: prefill's GEMMs, then decode rows alone). With the
-    norm-ahead (on by size here) each FFN front reads the output projection's norm rows; without it, an rmsnorm's. The
-    planted epilogue (the activation left out) changes the logits."""
-    from bw24.engine import Engine
-    from bw24.engine.graph import greedy_decode
+@pytest.fixture(scope="module")
+def qwen3_2l(tmp_path_factory):
+    """A 2-layer synthetic qwen3-0.6b (1,024 hidden dims: the q8 path, and the norm-ahead by size)."""
     from bw24.gguf.synth import synth
 
     path = tmp_path_factory.mktemp("m") / "qwen3-0.6b-2l.gguf"
     synth("qwen3-0.6b", path, mix="q4_k_m", seed=5, n_layer=2)
+    return path
+
+
+def _switched_decode(path, switch: str, on: bool, na: bool, variant: str = "", op: str = "glu"):
+    """64 greedy tokens of a fresh CUDA engine on path (a 20-token prompt: prefill's GEMMs, then decode rows alone)
+    with ops.<switch> = on and the norm-ahead as given; the last step's logits, the kernels asked for, and the row
+    counts of the calls of ops.<op> (the op the fusion replaces: the prompt's 20-row call runs it either way)."""
+    from bw24.engine import Engine
+    from bw24.engine.graph import greedy_decode
+
+    gpu = Engine.load(str(path), backend="cuda", n_ctx=128, progress=False)
+    assert gpu.ops.norm_ahead  # (the 0.6B's size policy)
+    setattr(gpu.ops, switch, on)
+    gpu.ops.norm_ahead, gpu.ops.variant, names, rows = na, variant, set(), []
+    orig, orig_op = gpu.ops._k_with, getattr(gpu.ops, op)
+    gpu.ops._k_with = lambda f, n, *a: (names.add(n.partition("<")[0]), orig(f, n, *a))[1]
+    setattr(gpu.ops, op, lambda *a, **kw: (rows.append(a[0].shape[0]), orig_op(*a, **kw))[1])
     ids = [int(i) for i in np.random.default_rng(4).integers(5, 5000, 20)]
+    toks = greedy_decode(gpu.model, ids, 64, ahead=1)
+    return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), names, rows
 
-    def run(on: bool, na: bool, variant: str = ""):
-        gpu = Engine.load(str(path), backend="cuda", n_ctx=128, progress=False)
-        assert gpu.ops.norm_ahead  # (the 0.6B's size policy)
-        gpu.ops.glu_groups, gpu.ops.norm_ahead, gpu.ops.variant, names = on, na, variant, set()
-        orig = gpu.ops._k_with
-        gpu.ops._k_with = lambda f, n, *a: (names.add(n.partition("<")[0]), orig(f, n, *a))[1]
-        toks = greedy_decode(gpu.model, ids, 64, ahead=1)
-        return toks, gpu.ops.to_host(gpu.model.buf.logits[0]).copy(), names
 
+@pytest.mark.parametrize("switch,fused,op,planted", [("glu_groups", "qmv8_glu", "glu", "planted_glug"),
+                                                     ("qkv_rope", "qmv8_qkvr", "rope_kv", "planted_qkvr")])
+def test_fused_switch_decodes_the_unfused_tokens_and_logits_bit_for_bit(qwen3_2l, switch, fused, op, planted):
+    """BW24_GLU_GROUPS=1 (qmv8_glu: the GLU in the gate/up blocks) and BW24_QKV_ROPE=1 (qmv8_qkvr: rope_kv's work in
+    the Q/K/V blocks) on the 2-layer 0.6B: 64 greedy tokens through the captured step and the last step's logits bit
+    for bit the unfused launches', the fused kernel asked for and the unfused one not. With the norm-ahead (on by size
+    here) each front reads the matvec ahead's norm rows, without it an rmsnorm's (layer 0's Q/K/V does either way).
+    The planted kernel (the GLU without its activation; the new cache rows one position late) changes the logits."""
     for na in (True, False):
-        toks, logits, names = run(True, na)
-        ref_toks, ref_logits, ref_names = run(False, na)
-        assert "qmv8_glu" in names and "glu_q8" not in names and ("qmv8_na" in names) == na
-        assert "glu_q8" in ref_names and "qmv8_glu" not in ref_names
+        toks, logits, names, rows = _switched_decode(qwen3_2l, switch, True, na, op=op)
+        ref_toks, ref_logits, ref_names, ref_rows = _switched_decode(qwen3_2l, switch, False, na, op=op)
+        assert fused in names and ("qmv8_na" in names) == na and fused not in ref_names
+        assert all(r > 16 for r in rows) and 1 in ref_rows  # the op ran for the prompt alone (if at all): fused
+        # in every decode row
         assert toks == ref_toks and np.array_equal(logits, ref_logits), na
-    assert not np.array_equal(run(True, False, "planted_glug")[1], ref_logits)
+    assert not np.array_equal(_switched_decode(qwen3_2l, switch, True, False, planted, op)[1], ref_logits)
 
 
 def _classed_decode(tiny_model, ids, variant: str = ""):

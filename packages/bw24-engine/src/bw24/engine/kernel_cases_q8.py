@@ -536,6 +536,103 @@ def glu_groups_case(qt, T: int, K: int, F: int, cfg: tuple[int, int], na: bool) 
     return run
 
 
+def qkv_rope_case(qts, T: int, K: int, H: int, Hkv: int, D: int, cfg: tuple[int, int], na: bool, mode: str = "neox",
+                  qk_norm: bool = True) -> Case:
+    """BW24_QKV_ROPE: an attention block's front (qkv_rope_attention: rmsnorm, or a norm-ahead's producer when na, then
+    Q/K/V, the qk-norm, rope and the float16 cache append, then the attention) with qmv8_qkvr against the same call
+    unfused (qmv8_3(n) + rope_kv), bit for bit: the rotated q, k and v rows, both caches whole, the attention's output;
+    the fused launch ran exactly where qkvr_kernel gives a build (no rope_kv then), else the unfused launches did. q
+    and the caches' new rows against the reference (the dequantized input's float64 products, then ref.rope_kv; the
+    cache rows rounded to float16: gemm16). For T > 1, every row and cache row equal to T = 1 calls' at pos + t (verify
+    rows == decode rows, the T = 1 calls fused). cfg: the (warps, rows) forced on the weights. The planted_qkvr canary
+    (the new k and v rows written one position late) turns every case red."""
+    from .ops.cuda import q8 as q8_ops
+
+    def run(name, ref, cu, rng):
+        eps, S, p0 = 1e-6, 48, 21
+        wts = [_weight(qt, n, K, rng, f"{name}.{p}") for qt, n, p in zip(qts, (H * D, Hkv * D, Hkv * D), "qkv",
+                                                                          strict=True)]
+        wo_t = _weight(Q.Q4_K, K, 1024, rng, f"{name}.wo") if na else None
+        ws, wo = [cu.load_weight(t) for t in wts], cu.load_weight(wo_t) if na else None
+        nw = (1 + 0.1 * rng.standard_normal(K)).astype(np.float32)
+        qn, kn = ((1 + 0.1 * rng.standard_normal(D)).astype(np.float32) for _ in range(2)) if qk_norm else (None, None)
+        h0, xin = (rng.standard_normal((T, K)) * 2).astype(np.float32), _x(rng, T, 1024)
+        c0 = [(rng.standard_normal((Hkv, S, D))).astype(np.float16) for _ in range(2)]
+        nwd = _dev(cu, nw)
+        rope = dict(base=1e6, freq_scale=1.0, rope_dim=D, mode=mode, norm_eps=eps,
+                    q_norm=None if qn is None else _dev(cu, qn), k_norm=None if kn is None else _dev(cu, kn))
+
+        def step(rows, fused, p, caches=None):
+            n = len(rows)
+            hd, xb = _dev(cu, h0[rows]), cu.zeros((n, K))
+            q, k, v = cu.zeros((n, H * D)), cu.zeros((n, Hkv * D)), cu.zeros((n, Hkv * D))
+            kc, vc = caches or (_dev(cu, c0[0]), _dev(cu, c0[1]))
+            a = cu.zeros((n, H, D))
+            attn = dict(scale=D ** -0.5, softcap=0.0, window=None, out=a, n_keys=p + n)
+
+            def call():
+                if na:
+                    cu.matmul_norm_ahead(wo, _dev(cu, xin[rows]), out=hd, residual=hd, norm=nwd, eps=eps)
+                cu.qkv_rope_attention(hd, nwd, eps, ws, x=xb, outs=(q, k, v), biases=None, q=q.reshape(n, H, D),
+                                      k=k.reshape(n, Hkv, D), v=v.reshape(n, Hkv, D),
+                                      pos=_dev(cu, np.array([p], np.int32)), k_cache=kc, v_cache=vc, rope=rope,
+                                      attn=attn)
+            with setting(cu, "qkv_rope", fused), setting(cu, "norm_ahead", na):
+                names = kernel_names(cu, call)
+            src = tuple(cu.to_host(b) for b in q8_ops.na_buffers(cu, n, K)) if na else (cu.to_host(xb),)
+            return names, [cu.to_host(b) for b in (q, k, v, a)], (kc, vc), src
+
+        all_rows = list(range(T))
+        with _forced(cu, [*qts, Q.Q4_K], *cfg):
+            names, got, caches, src = step(all_rows, True, p0)
+            u_names, ugot, ucaches, _ = step(all_rows, False, p0)
+            with setting(cu, "qkv_rope", True):
+                plan = q8_ops.qkvr_plan(cu, ws, cu.zeros((T, K)), cu.zeros((T, H, D)), *caches)
+            built = plan is not None and q8_ops.qkvr_kernel(cu, ws, D, *plan, na, "__half") is not None
+            rows = []
+            if T > 1:  # T = 1 calls at pos + t into one pair of caches, each row's own input
+                rc = (_dev(cu, c0[0]), _dev(cu, c0[1]))
+                rows = [step([t], True, p0 + t, rc)[1] for t in range(T)]
+        short = [nm.partition("<")[0] for nm in names]  # (kernels asked for: a spilled build is asked for, not launched)
+        fused_ran = "qmv8_qkvr" in short and "rope_kv" not in short
+        if (fused_ran != built or "rope_kv" not in short and not built
+                or "qmv8_qkvr" in [nm.partition("<")[0] for nm in u_names] or (T == 1 and not built)):
+            return compare(name + f" (launches {names} / unfused {u_names}; build {built})", "exact", np.ones(1),
+                           np.zeros(1))
+        kc, vc = (cu.to_host(c).astype(np.float32) for c in caches)
+        ukc, uvc = (cu.to_host(c).astype(np.float32) for c in ucaches)
+        results = [compare(name + " == unfused", "exact",
+                           np.concatenate([g.ravel() for g in got] + [kc.ravel(), vc.ravel()]),
+                           np.concatenate([g.ravel() for g in ugot] + [ukc.ravel(), uvc.ravel()]))]
+        if na:  # the input as the kernels see it (glu_groups_case's)
+            yq, ys, yss = src
+            d, _ = q8_ops.unpack_xs(ys.reshape(T, K // 32, 2))
+            r = q8_ops.na_scale_ref(yss.reshape(T, K // 32), K, eps)
+            xn = (yq.reshape(T, K // 32, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, K)
+            xn = xn * r[:, None]
+        else:
+            xn = dequantize_x_ref(src[0])
+        qr, kr, vr = ((xn @ np.asarray(ref.load_weight(t).data, np.float64).T).astype(np.float32) for t in wts)
+        qr, kr, vr = qr.reshape(T, H, D), kr.reshape(T, Hkv, D), vr.reshape(T, Hkv, D)
+        kcr, vcr = (c.astype(np.float32) for c in c0)
+        ref.rope_kv(qr, kr, vr, np.array([p0], np.int32), kcr, vcr, base=1e6, freq_scale=1.0, rope_dim=D, mode=mode,
+                    q_norm=qn, k_norm=kn, norm_eps=eps)
+        new = slice(p0, p0 + T)
+        results.append(compare(name + " q", "matmul_q8", got[0], qr.reshape(T, H * D)))
+        results.append(compare(name + " cache rows", "gemm16", np.concatenate([kc[:, new].ravel(), vc[:, new].ravel()]),
+                               np.concatenate([kcr[:, new].astype(np.float16).astype(np.float32).ravel(),
+                                               vcr[:, new].astype(np.float16).astype(np.float32).ravel()])))
+        if rows:
+            rkc, rvc = (cu.to_host(c).astype(np.float32) for c in rc)
+            results.append(compare(name + " ==rows", "exact",  # (q, k, v and the caches: the attention's rows are
+                                   # held to decode's by the attention's own cases)
+                                   np.concatenate([np.concatenate([r[i].ravel() for r in rows]) for i in range(3)]
+                                                  + [rkc.ravel(), rvc.ravel()]),
+                                   np.concatenate([g.ravel() for g in got[:3]] + [kc.ravel(), vc.ravel()])))
+        return max(results, key=lambda res: (not res.ok, res.rel))
+    return run
+
+
 def cases() -> Iterator[tuple[str, Case]]:
     for T, k, add in ((1, 4096, True), (5, 2048, False), (16, 5120, True), (1, 2048, False)):
         yield f"q8 fused rmsnorm T={T} K={k}{' +add' if add else ''}", fused_producer_case("norm", T, k, add)
@@ -569,6 +666,15 @@ def cases() -> Iterator[tuple[str, Case]]:
                                  (Q.Q8_0, 1, 2048, 1024, (2, 8), False)):
         yield (f"glu groups {qt.name} T={T} K={K} F={F} W,R={cfg}{' norm ahead' if na else ''}",
                glu_groups_case(qt, T, K, F, cfg, na))
+    # BW24_QKV_ROPE: the 0.6B's attention front (16 / 8 heads of 128, a Q6_K v) behind its norm-ahead and behind an
+    # rmsnorm, a Q4_K v, llama's rope without qk-norm, a 3-token verify (its rows against fused decode rows)
+    for qts, T, na, mode, qkn in (((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1, True, "neox", True),
+                                  ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 1, False, "neox", True),
+                                  ((Q.Q4_K, Q.Q4_K, Q.Q4_K), 1, True, "neox", True),
+                                  ((Q.Q4_K, Q.Q4_K, Q.Q4_K), 1, False, "norm", False),
+                                  ((Q.Q4_K, Q.Q4_K, Q.Q6_K), 3, True, "neox", True)):
+        yield (f"qkv rope {'+'.join(q.name for q in qts)} T={T} {mode}{' qk-norm' if qkn else ''}"
+               f"{' norm ahead' if na else ''}", qkv_rope_case(qts, T, 1024, 16, 8, 128, (1, 4), na, mode, qkn))
     yield "q8 quantize_x T=3 K=544 (zero group, ties)", quantize_case(3, 544)
     yield "q8 quantize_x T=16 K=4096", quantize_case(16, 4096)
     yield "q8 round_x (gate emulation) T=3 K=544", round_case(3, 544, False)

@@ -24,6 +24,7 @@
 // producers rmsnorm_reg (norm.cu, given xq) and glu_q8 below, which save its launch).
 #include "qdot_q8.cuh"
 #include "quant_x.cuh"
+#include "rope_row.cuh"  // qmv8_qkvr's epilogue: rope_kv's row (rope.cu)
 
 // One warp per (token, group): lane j owns x_j. Grid: ceil(T*G / (blockDim/32)) blocks.
 extern "C" __global__ void quantize_x(const float* __restrict__ x, int T, int K, i8* __restrict__ xq,
@@ -374,5 +375,67 @@ qmv8_glu(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, i
 #endif
         g[i] = v;
         quant_group32(v, lane, yq + (i64)t * F + 32 * b, ys + (i64)t * G + b);
+    }
+}
+
+// BW24_QKV_ROPE (ops/cuda/q8.py qkvr_plan): Q/K/V of one input (qmv8_3 / qmv8_3n's launch) whose q and k blocks own one
+// head each: block b < H the D rows of q head b, then the Hkv k heads, each in S = D / R sub-blocks of W warps
+// (qmv8_rows: q, k and v keep qmv8_3(n)'s bits at the same W, whatever R); then the v rows, S * RV a block (sub-blocks
+// of RV rows: v needs no whole head, and the fewer rows a thread holds, the fewer registers the kernel needs, which is
+// the most of any branch). After a __syncthreads each block does rope_kv's work for its rows and every token t (p =
+// pos[0] + t): a q head's qk-norm and rotation in place, a k head's into the cache at p, v rows copied into the cache
+// (rope_row.cuh: rope_kv's arithmetic, so the same bits). One launch a layer fewer: rope_kv is a launch on the step's
+// chain, 61 us of the 0.6B's 601-us step at 7f01f4c (H100 knockout). The cost: the Q and K matvecs on H + Hkv blocks
+// (the 0.6B's 24) instead of hundreds of small ones, each streaming a head's D x K weights; measured where it pays
+// before it is a default. The rope inside the attention (BW24_ROPE_ATTN) lost because every split block of a row
+// repeated it; here each head's rope is done once. nb: rope_kv's block size for (D, Dv) (ops/cuda/norm.py
+// rope_block), the threads that hold a row's slots; Dv == D. KT: the cache element.
+template <int FQ, int FK, int FV, int D, int W, int R, int RV, int NT, bool NA, typename KT>
+__global__ void __launch_bounds__(D / R * W * 32)
+qmv8_qkvr(const i8* __restrict__ xq, const int2* __restrict__ xs, int K, int T, int H, int Hkv,
+          const void* qa, const void* qb, const void* qc, const void* qd, const float* bq, float* q,
+          const void* ka, const void* kb, const void* kc, const void* kd, const float* bk, float* k,
+          const void* va, const void* vb, const void* vc, const void* vd, const float* bv, float* v,
+          const int* __restrict__ pos, KT* k_cache, KT* v_cache, int n_ctx, int rope_dim, int neox,
+          const float2* __restrict__ tab, const float* __restrict__ q_norm, const float* __restrict__ k_norm,
+          float eps, int nb, const float* __restrict__ nss, float na_eps) {
+    PDL_TRIGGER();  // qmv8_rows waits, after its first weight loads
+    constexpr int S = D / R, BT = W * 32;
+    static_assert(D % R == 0 && S * W <= 32, "a block of one head's D rows in sub-blocks of R rows");
+    __shared__ float red[S * W * (R > RV ? R : RV) * NT];
+    __shared__ float red_rope[32];
+    const int s = threadIdx.x / BT, tid = threadIdx.x - s * BT, b = blockIdx.x, Nkv = Hkv * D;
+    const int v0 = (b - H - Hkv) * S * RV;  // a v block's first row
+    if (b < H)
+        qmv8_rows<FQ, W, R, NT, NA>(Planes{qa, qb, qc, qd}, xq, xs, K, H * D, T, bq, nullptr, q, 0.f, b * D + s * R,
+                                    red + s * W * R * NT, tid, nss, na_eps);
+    else if (b < H + Hkv)
+        qmv8_rows<FK, W, R, NT, NA>(Planes{ka, kb, kc, kd}, xq, xs, K, Nkv, T, bk, nullptr, k, 0.f,
+                                    (b - H) * D + s * R, red + s * W * R * NT, tid, nss, na_eps);
+    else
+        qmv8_rows<FV, W, RV, NT, NA>(Planes{va, vb, vc, vd}, xq, xs, K, Nkv, T, bv, nullptr, v, 0.f, v0 + s * RV,
+                                     red + s * W * RV * NT, tid, nss, na_eps);
+    __syncthreads();  // the block's rows for every token are written (and visible to the block)
+    const int p0 = pos[0];  // (after qmv8_rows' PDL wait: the step ahead may advance it)
+    for (int t = 0; t < T; ++t) {
+        const int p = p0 + t;
+        if (p >= n_ctx) break;  // the host reserves cache room before queuing a step (uniform per block)
+#ifdef BW24_PLANTED_QKVR
+        const int pw = p + 1 < n_ctx ? p + 1 : p;  // kernel_check canary: the cache row of the next position
+#else
+        const int pw = p;
+#endif
+        if (b < H) {
+            float* row = q + ((i64)t * H + b) * D;
+            rope_row<KT>(row, true, row, (KT*)nullptr, nullptr, (KT*)nullptr, D, D, p, rope_dim, neox, tab, q_norm,
+                         eps, threadIdx.x, nb, red_rope);
+        } else if (b < H + Hkv) {
+            const int hk = b - H;
+            rope_row<KT>(k + ((i64)t * Hkv + hk) * D, false, nullptr, k_cache + ((i64)hk * n_ctx + pw) * D, nullptr,
+                         (KT*)nullptr, D, D, p, rope_dim, neox, tab, k_norm, eps, threadIdx.x, nb, red_rope);
+        } else {
+            for (int n = v0 + (int)threadIdx.x; n < v0 + S * RV && n < Nkv; n += blockDim.x)
+                kv_store(v_cache + ((i64)(n / D) * n_ctx + pw) * D + n % D, v[(i64)t * Nkv + n]);
+        }
     }
 }

@@ -19,9 +19,7 @@
 // KT: the cache element, float or __half (common.cuh kv_store; the rotation itself is fp32).
 // Bytes moved: q read+write 8*H*D, k read 4*Hkv*D, cache writes sizeof(KT)*Hkv*(D+Dv), v read 4*Hkv*Dv per token
 //   (+ 4*D per norm weight, L2-resident).
-#include "common.cuh"
-
-#define RS 4  // slots per thread: D <= 2 * RS * blockDim
+#include "rope_row.cuh"  // the row itself (shared with qmatvec_q8.cu qmv8_qkvr), RS
 
 // tab [n_pos, rope_dim / 2] of (cos a, sin a), a = p * freq_scale * base^(-2i/rope_dim): the float32 pair
 // rope_kv used to compute in place, from the same double expression. One thread per entry.
@@ -50,51 +48,11 @@ __global__ void rope_kv(float* q, const float* __restrict__ k, const float* __re
     if (p >= S) return;  // the host reserves cache room before queuing a step (uniform per block)
     const bool is_q = head < H;
     const int hk = head - H;
-    const float* src = is_q ? q + ((i64)t * H + head) * D : k + ((i64)t * Hkv + hk) * D;
     float* qd = is_q ? q + ((i64)t * H + head) * D : nullptr;  // q rotates in place (fp32) ...
-    KT* kd = is_q ? nullptr : k_cache + ((i64)hk * S + p) * D;   // ... k goes to the cache (KT)
-    auto put = [&](int i, float x) { if (is_q) qd[i] = x; else kv_store(kd + i, x); };
-    const float* nw = is_q ? q_norm : k_norm;
-    const int half = rope_dim / 2, slots = D / 2;
-    int i0[RS], i1[RS];
-    float a[RS], b[RS];
-    float ss = 0.f;
-#pragma unroll
-    for (int r = 0; r < RS; ++r) {
-        const int i = threadIdx.x + r * blockDim.x;
-        i0[r] = i < half ? (neox ? i : 2 * i) : rope_dim + 2 * (i - half);
-        i1[r] = i < half ? (neox ? i + half : 2 * i + 1) : i0[r] + 1;
-        a[r] = b[r] = 0.f;
-        if (i < slots) { a[r] = src[i0[r]]; b[r] = src[i1[r]]; }
-        ss += a[r] * a[r] + b[r] * b[r];
-    }
-    if (nw) {  // uniform per block: every thread reaches the barrier of block_sum
-        ss = block_sum(ss, red);
-        const float rn = rsqrtf(ss / (float)D + eps);
-#pragma unroll
-        for (int r = 0; r < RS; ++r)
-            if (threadIdx.x + r * blockDim.x < slots) {
-                a[r] = a[r] * rn * nw[i0[r]];
-                b[r] = b[r] * rn * nw[i1[r]];
-            }
-    }
-#pragma unroll
-    for (int r = 0; r < RS; ++r) {
-        const int i = threadIdx.x + r * blockDim.x;
-        if (i >= slots) continue;
-        if (i < half) {
-            const float2 cs = tab[(i64)p * half + i];  // rope_table: (cos a, sin a)
-            const float c = cs.x, s = cs.y;
-            put(i0[r], a[r] * c - b[r] * s);
-            put(i1[r], b[r] * c + a[r] * s);
-        } else if (!is_q || nw) {  // pass-through dims: q keeps them in place unless normed
-            put(i0[r], a[r]);
-            put(i1[r], b[r]);
-        }
-    }
-    if (!is_q) {
-        const float* vs = v + ((i64)t * Hkv + hk) * Dv;
-        KT* vd = v_cache + ((i64)hk * S + p) * Dv;
-        for (int i = threadIdx.x; i < Dv; i += blockDim.x) kv_store(vd + i, vs[i]);
-    }
+    const float* src = is_q ? qd : k + ((i64)t * Hkv + hk) * D;
+    KT* kd = is_q ? nullptr : k_cache + ((i64)hk * S + p) * D;  // ... k goes to the cache (KT), with its v row
+    const float* vs = is_q ? nullptr : v + ((i64)t * Hkv + hk) * Dv;
+    KT* vd = is_q ? nullptr : v_cache + ((i64)hk * S + p) * Dv;
+    rope_row<KT>(src, is_q, qd, kd, vs, vd, D, Dv, p, rope_dim, neox, tab, is_q ? q_norm : k_norm, eps, threadIdx.x,
+                 blockDim.x, red);
 }

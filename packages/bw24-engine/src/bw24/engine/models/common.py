@@ -214,10 +214,6 @@ class Transformer:
         o, c, kv = self.ops, self.cfg, self.kv
         ws, outs = (L.wq, L.wk, L.wv), (b.q, b.k, b.v)  # [T, H*D], [T, Hkv*D], [T, Hkv*Dv]
         biases = (L.bq, L.bk, L.bv) if c.qkv_bias else None
-        if norm is None:
-            o.matmul_multi(ws, b.x, outs=outs, biases=biases)
-        else:
-            o.norm_matmul_multi(b.h, norm, c.rms_eps, ws, x=b.x, outs=outs, biases=biases)
         swa = c.swa_layers[i]
         # qk-norm (per head over D, before RoPE) is fused into rope_kv; L.q_norm/k_norm are None otherwise
         rope = dict(mode=c.rope_type, rope_dim=c.rope_dim, base=c.rope_base_swa if swa else c.rope_base,
@@ -225,7 +221,9 @@ class Transformer:
         # n_keys: kv.n_past already counts these T (reserve before forward)
         attn = dict(scale=c.attn_scale, softcap=c.attn_softcap, window=c.sliding_window if swa else None, out=b.a3,
                     n_keys=kv.n_past)
-        o.rope_attention(b.q3, b.k3, b.v3, kv.pos, kv.k[i], kv.v[i], rope=rope, attn=attn)  # -> b.a3 [T, H, Dv]
+        # Q/K/V of b.x (or of rmsnorm(b.h) * norm), rope, the cache append, attention -> b.a3 [T, H, Dv]
+        o.qkv_rope_attention(b.h, norm, c.rms_eps, ws, x=b.x, outs=outs, biases=biases, q=b.q3, k=b.k3, v=b.v3,
+                             pos=kv.pos, k_cache=kv.k[i], v_cache=kv.v[i], rope=rope, attn=attn)
 
     def dense_ffn(self, L: LayerWeights, b: SimpleNamespace, norm: Any = None) -> None:
         """b.x -> b.g = act(x Wg^T) * (x Wu^T), [T, F] (the down projection is the caller's); with `norm`,

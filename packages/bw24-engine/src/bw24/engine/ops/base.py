@@ -233,6 +233,18 @@ class Ops(ABC):
         self.rope_kv(q, k, v, pos, k_cache, v_cache, **rope)
         self.attention(q, k_cache, v_cache, pos, **attn)
 
+    def qkv_rope_attention(self, h: Any, norm: Any, eps: float, ws: Sequence[Any], *, x: Any, outs: Sequence[Any],
+                           biases: Sequence[Any] | None, q: Any, k: Any, v: Any, pos: Any, k_cache: Any, v_cache: Any,
+                           rope: dict, attn: dict) -> None:
+        """An attention block up to its output projection: Q/K/V (outs, the [T, *] rows of q, k, v) of x, or with
+        `norm` of rmsnorm(h) * norm (norm_matmul_multi, x its scratch), then rope_attention(q, k, v, ...). One op so
+        that a backend may fuse the rope into the Q/K/V launch (cuda BW24_QKV_ROPE: qmv8_qkvr)."""
+        if norm is None:
+            self.matmul_multi(ws, x, outs=outs, biases=biases)
+        else:
+            self.norm_matmul_multi(h, norm, eps, ws, x=x, outs=outs, biases=biases)
+        self.rope_attention(q, k, v, pos, k_cache, v_cache, rope=rope, attn=attn)
+
     @abstractmethod
     def glu(self, gate: Any, up: Any, act: str, *, out: Any) -> None:
         """out = act(gate) * up; act "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation).

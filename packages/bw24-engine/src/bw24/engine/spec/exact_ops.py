@@ -46,6 +46,14 @@ class RowExactOps:
             self.base.rope_attention(q[t:t + 1], k[t:t + 1], v[t:t + 1], self._row_pos(pos, t), k_cache, v_cache,
                                      rope=rope, attn={**attn, "out": attn["out"][t:t + 1]})
 
+    def qkv_rope_attention(self, h, norm, eps, ws, *, x, outs, biases, q, k, v, pos, k_cache, v_cache, rope, attn):
+        # row t: its Q/K/V, its key appended at pos + t, its attention over keys <= pos + t (a decode step's calls)
+        for t in range(q.shape[0]):
+            r = slice(t, t + 1)
+            self.base.qkv_rope_attention(h[r], norm, eps, ws, x=x[r], outs=[o[r] for o in outs], biases=biases,
+                                         q=q[r], k=k[r], v=v[r], pos=self._row_pos(pos, t), k_cache=k_cache,
+                                         v_cache=v_cache, rope=rope, attn={**attn, "out": attn["out"][r]})
+
     def ffn_glu(self, h, norm, eps, w_gate, w_up, act, *, x, g, u):
         for t in range(h.shape[0]):
             self.base.ffn_glu(h[t:t + 1], norm, eps, w_gate, w_up, act, x=x[t:t + 1], g=g[t:t + 1], u=u[t:t + 1])

@@ -21,7 +21,7 @@ from ..base import ACTIVATIONS, ROPE_MODES, Ops, check_qk_norm
 from . import attn as _attn
 from . import norm as _norm
 from . import prefill as _prefill
-from .kernels import ATTN_SHAPES, QMV_NT, get_kernel, names_macro
+from .kernels import ATTN_SHAPES, QMV_NT, get_kernel, kv_elem, names_macro
 from .launch import DRAFT_Q8_MIN_K, Q8_MIN_K, Q8_MIN_K_DEFAULT, QMV_SPACE, TUNING_DIR_ENV, QmvConfigs
 from .prefill import PRECISIONS
 from .q8 import QMV8_LOADS
@@ -405,6 +405,11 @@ class CudaOps(Ops):
     # no glu_q8 launch, the same bits. Opt-in (BW24_GLU_GROUPS=1; perf rows "glu_groups") until a GPU has timed it.
     glu_groups_env = os.environ.get("BW24_GLU_GROUPS", "0")
     glu_groups = glu_groups_env == "1"
+    # rope_kv's work (qk-norm, rotation, the cache append) in the Q/K/V matvec's blocks, a q or k head a block
+    # (kernels/qmatvec_q8.cu qmv8_qkvr, why there; ops/cuda/q8.py qkvr_plan): no rope_kv launch, the same bits.
+    # Opt-in (BW24_QKV_ROPE=1; perf rows "qkv_rope") until a GPU has timed it.
+    qkv_rope_env = os.environ.get("BW24_QKV_ROPE", "0")
+    qkv_rope = qkv_rope_env == "1"
     # The input RMSNorm inside the fp32-activation Q/K/V and gate/up matvecs of decode / verify rows (qmv3n,
     # norm_matmul_multi). Opt-in (BW24_NORM_FUSE=1; perf rows record "norm_fuse"): the default at ca80b31,
     # where it bought decode nothing (the 0.6B 1128 tok/s with it at 230 launches a token, 1141 without at
@@ -574,7 +579,7 @@ class CudaOps(Ops):
                                       ("no_token_ring", self.token_ring_env == "0"),
                                       ("no_qmv8_early", not self.qmv8_early),
                                       ("moe_router_norm", self.moe_norm_fuse), ("norm_ahead", self.norm_ahead_env == "1"),
-                                      ("glu_groups", self.glu_groups),
+                                      ("glu_groups", self.glu_groups), ("qkv_rope", self.qkv_rope),
                                       ("no_norm_ahead", self.norm_ahead_env == "0"),
                                       ("no_attn_gemm", self.attn_gemm_env == "0"),
                                       ("attn_fuse", self.attn_fuse_env == "1"), ("no_attn_fuse", self.attn_fuse_env == "0"),
@@ -654,6 +659,7 @@ class CudaOps(Ops):
                  "launch", False),
                 ("BW24_GLU_GROUPS", self.glu_groups_env, "a dense FFN's GLU and its int8 rows inside the gate/up "
                  "matvec's blocks", False),
+                ("BW24_QKV_ROPE", self.qkv_rope_env, "rope_kv's work inside the Q/K/V matvec's blocks", False),
                 ("BW24_ATTN_DEC_EARLY", self.attn_dec_early_env, "the tensor-core attention's first tiles of older "
                  "cache rows before the PDL wait", True),
                 ("BW24_ATTN_MERGE_FACTORS", self.attn_merge_factors_env, "the attention blocks' merge with each head's "
@@ -751,6 +757,7 @@ class CudaOps(Ops):
                    "planted_routernorm": (("BW24_PLANTED_ROUTERNORM", 1),),
                    "planted_na": (("BW24_PLANTED_NA", 1),),
                    "planted_glug": (("BW24_PLANTED_GLUG", 1),),
+                   "planted_qkvr": (("BW24_PLANTED_QKVR", 1),),
                    "planted_route": (("BW24_PLANTED_ROUTE", 1),),
                    "planted_routerpf": (("BW24_PLANTED_ROUTERPF", 1),),
                    "planted_expand": (("BW24_PLANTED_EXPAND", 1),)}.get(self.variant, ())
@@ -1142,6 +1149,35 @@ class CudaOps(Ops):
                 self.glu(g, u, act, out=g)
             return
         Ops.ffn_glu(self, h, norm, eps, w_gate, w_up, act, x=x, g=g, u=u)
+
+    def qkv_rope_attention(self, h, norm, eps: float, ws, *, x, outs, biases, q, k, v, pos, k_cache, v_cache, rope,
+                           attn):
+        """Decode / verify rows with BW24_QKV_ROPE (q8.qkvr_plan: where): one qmv8_qkvr launch, a q or k head a block,
+        whose epilogue does rope_kv's work (no rope_kv launch; the same bits), behind an rmsnorm or reading the
+        norm-ahead's rows the matvec ahead left (as matmul_multi), then the attention. Otherwise Ops': Q/K/V, then
+        rope_attention."""
+        T, K = (h if norm is not None else x).shape
+        if T <= QMV_NT[-1]:
+            from . import q8
+
+            plan = q8.qkvr_plan(self, ws, x, q, k_cache, v_cache)
+            na = norm is not None and self._q8_ready == ("norm_ahead", h.data.ptr, T, K, norm.data.ptr, float(eps))
+            fn = None if plan is None else q8.qkvr_kernel(self, ws, q.shape[2], *plan, na, kv_elem(k_cache, v_cache))
+            if fn is not None:
+                if rope["mode"] not in ROPE_MODES:
+                    raise ValueError(f"rope mode {rope['mode']!r} not in {ROPE_MODES}")
+                check_qk_norm(rope.get("q_norm"), rope.get("k_norm"), rope.get("norm_eps"))
+                for o in outs:
+                    assert o.shape[0] == T and o.flags.c_contiguous
+                if norm is not None and not na:  # (the norm-ahead's mark is for the very next launch)
+                    self.rmsnorm(h, norm, eps, out=x)  # x and its int8 rows (rmsnorm_reg with xq: quantize skips)
+                W, R, RV, _ = plan
+                q8.matmul_qkvr(self, fn, ws, h if na else x, outs, biases or (None, None, None), pos, k_cache, v_cache,
+                               rope, W, R, RV, na_eps=float(eps) if na else None)
+                self.attention(q, k_cache, v_cache, pos, **attn)
+                return
+        Ops.qkv_rope_attention(self, h, norm, eps, ws, x=x, outs=outs, biases=biases, q=q, k=k, v=v, pos=pos,
+                               k_cache=k_cache, v_cache=v_cache, rope=rope, attn=attn)
 
     def norm_matmul_multi(self, h, norm, eps: float, ws, *, x, outs, biases=None):
         """x = rmsnorm(h) * norm, then matmul_multi of x. On the fp32-activation path (the small models'

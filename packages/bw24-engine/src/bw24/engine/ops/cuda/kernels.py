@@ -49,7 +49,11 @@ COMPILE_SET: dict[str, tuple[str, ...]] = {
     # BW24_NORM_AHEAD (q8.na_plan): the 8B's wo and down projections (decode, a 5-token verify), its gate/up after them
     + ("qmv8_na<7,2,4,1>", "qmv8_na<9,1,1,1>", "qmv8_na<7,2,2,1>", "qmv8_na<7,2,4,5>", "qmv8_3n<7,7,7,2,4,1>")
     # BW24_GLU_GROUPS (q8.glu_plan): the 0.6B's gate/up behind its norm-ahead (decode, a 5-token verify), the 8B's
-    + ("qmv8_glu<7,1,4,1,true>", "qmv8_glu<7,1,4,5,true>", "qmv8_glu<7,2,4,1,false>", "qmv8_glu<3,4,8,1,false>"),
+    + ("qmv8_glu<7,1,4,1,true>", "qmv8_glu<7,1,4,5,true>", "qmv8_glu<7,2,4,1,false>", "qmv8_glu<3,4,8,1,false>")
+    # BW24_QKV_ROPE (q8.qkvr_plan): the 0.6B's Q/K/V with the rope (a Q4_K or Q6_K v; behind its norm-ahead, and layer
+    # 0's behind an rmsnorm), the float16 cache
+    + ("qmv8_qkvr<7,7,9,128,1,8,4,1,true,__half>", "qmv8_qkvr<7,7,7,128,1,8,4,1,true,__half>",
+       "qmv8_qkvr<7,7,9,128,1,8,4,1,false,__half>"),
     # + extern "C" quantize_x, glu_q8, round_x_q8
     "attention.cu": tuple(f"attn_split<{d},{dv},{g},{ATTN_CHUNKS[0]}{kt}>" for d, dv, g in ATTN_SHAPES
                           for kt in ("", ",__half"))  # fp32 and fp16 KV caches

@@ -352,3 +352,78 @@ def matmul_glu(ops, fn, ws, x, g, u, W: int, R: int, act: int, na_eps: float | N
     args = (xq, xs, np.int32(K), np.int32(T), np.int32(F), *wg.args(), g, *wu.args(), u, np.int32(act), yq, ys, *tail)
     ops._launch(fn, (F // 32,), 64 // R * W * 32, args)
     ops._q8_ready = ("glu", g.data.ptr, T, F)
+
+
+# ---- BW24_QKV_ROPE: rope_kv's work in the Q/K/V matvec's blocks (kernels/qmatvec_q8.cu qmv8_qkvr) ----------------
+QKVR_BLOCK_WARPS = 16  # a q / k block's warps when its head allows: 512 threads, 128 registers a thread
+
+
+def qkvr_plan(ops, ws, x, q, k_cache, v_cache) -> tuple[int, int, int, int] | None:
+    """(W, R, RV, NT) of a qmv8_qkvr launch for Q/K/V (ws = (wq, wk, wv)) of x [T, K] into q [T, H, D] and the caches
+    [Hkv, S, D], or None where it does not apply: BW24_QKV_ROPE off (ops.qkv_rope), not decode / verify rows, the
+    gate's rounding alone (ops.emulating), not three weights of this input on the q8 path, heads of other shapes than
+    the weights' rows (H * D, Hkv * D, Hkv * D) or Dv != D, a head whose rope slots pass rope_kv's block, or a q / k
+    block past 32 warps. W is the unfused launch's (CudaOps._multi_plan), so q, k and v have qmv8_3(n)'s bits; R (a q /
+    k sub-block's rows) is the most of this T's rows and D * W / 16, so that a head's block is at most 16 warps where it
+    can be (R never changes a row's bits: kernels/qmatvec_q8.cu), and RV (a v sub-block's) this T's rows."""
+    from .launch import Q8_TYPES
+    from .norm import ROPE_SLOTS, rope_block
+
+    T, K = x.shape
+    if not (getattr(ops, "qkv_rope", False) and T <= QMV_NT[-1] and not ops.emulating and len(ws) == 3):
+        return None
+    wq, wk, wv = ws
+    H, D = q.shape[1], q.shape[2]
+    Hkv, _, Dv = v_cache.shape
+    if (Dv != D or k_cache.shape[0] != Hkv or k_cache.shape[2] != D or (wq.n, wk.n, wv.n) != (H * D, Hkv * D, Hkv * D)
+            or any(w.k != K for w in ws) or any(w.qtype.name not in Q8_TYPES for w in ws)
+            or D // 2 > ROPE_SLOTS * rope_block(D, D)):
+        return None
+    q8, W, R = ops._multi_plan(ws, K)
+    if not q8:
+        return None
+    nt, RT = ops._verify_plan("q8", T, R, ws, K)
+    Rq = max(RT, D * W // QKVR_BLOCK_WARPS)
+    return (W, Rq, RT, nt) if D % Rq == 0 and D % RT == 0 and (D // Rq) * W <= 32 else None
+
+
+def qkvr_kernel(ops, ws, D: int, W: int, R: int, RV: int, nt: int, na: bool, kt: str):
+    """qmv8_qkvr's build for qkvr_plan's (W, R, RV, NT) and the cache element kt, or None where that build spills
+    registers to local memory (CuPy's local_size_bytes): the caller then takes the unfused launches, whose rows and
+    cache rows have the same bits. With `nvcc -Xptxas -v` (CUDA 13, sm_90a) the 0.6B's decode builds (R = 8, RV = 4,
+    a Q4_K or a Q6_K v) take 128 registers and spill nothing; its verify builds (NT 4, 5) and the 8B's (W = 2, R = 16)
+    spill."""
+    fmts = ",".join(str(w.fmt) for w in ws)
+    name = f"qmv8_qkvr<{fmts},{D},{W},{R},{RV},{nt},{'true' if na else 'false'},{kt}>"
+    fn = ops._k_with("qmatvec_q8.cu", name, ops.q8_loads(ws[0], sum(w.n for w in ws), ws[0].k, nt))
+    return None if getattr(fn, "local_size_bytes", 0) else fn
+
+
+def matmul_qkvr(ops, fn, ws, x, outs, biases, pos, k_cache, v_cache, rope: dict, W: int, R: int, RV: int,
+                na_eps: float | None = None) -> None:
+    """qmv8_qkvr (fn, qkvr_kernel's): outs = (q, k, v) rows [T, H*D], [T, Hkv*D], [T, Hkv*D] of x's Q/K/V with their
+    biases, then rope_kv's work (rope: its keyword arguments: base, freq_scale, rope_dim, mode, q_norm, k_norm,
+    norm_eps) for the H + Hkv head blocks and the v blocks: q normed and rotated in place, k's and v's rows into the
+    caches at pos[0] + t. na_eps: x is the residual stream h of a norm-ahead (matmul_na just wrote the norm's rows), as
+    matmul_multi's."""
+    from .norm import rope_block, rope_table
+
+    T, K = x.shape
+    Hkv, S, D = k_cache.shape
+    H = ws[0].n // D
+    if na_eps is None:
+        (xq, xs), tail = quantize(ops, x), [NULL, np.float32(0.0)]
+    else:
+        xq, xs, ss = na_buffers(ops, T, K)
+        tail = [ss, np.float32(na_eps)]
+    tab = rope_table(ops, rope["base"], rope["freq_scale"], rope["rope_dim"], S)
+    args = [xq, xs, np.int32(K), np.int32(T), np.int32(H), np.int32(Hkv)]
+    for w, o, b in zip(ws, outs, biases, strict=True):
+        args += [*w.args(), NULL if b is None else b, o]
+    qn, kn = rope.get("q_norm"), rope.get("k_norm")
+    args += [pos, k_cache, v_cache, np.int32(S), np.int32(rope["rope_dim"]), np.int32(rope["mode"] == "neox"), tab,
+             NULL if qn is None else qn, NULL if kn is None else kn, np.float32(rope.get("norm_eps") or 0.0),
+             np.int32(rope_block(D, D)), *tail]
+    nv = math.ceil(Hkv * D / ((D // R) * RV))  # v blocks: D / R sub-blocks of RV rows
+    ops._launch(fn, (H + Hkv + nv,), (D // R) * W * 32, tuple(args))
+

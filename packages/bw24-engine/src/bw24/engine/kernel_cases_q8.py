@@ -453,6 +453,20 @@ def norm_ahead_case(qt, cqts, T: int, K: int, N: int, cfg: tuple[int, int]) -> C
     return run
 
 
+def _input_seen(src: tuple, T: int, K: int, eps: float) -> np.ndarray:
+    """A fused consumer's input [T, K] as its kernel sees it, float64: src = (x,), an rmsnorm's rows, dequantized as
+    quantize_x codes them; or src = (codes, scales, sums of squares) of a norm-ahead's rows (na_buffers), r times the
+    dequantized codes of h * norm weight, r from the sums (norm_ahead_case's consumer)."""
+    from .ops.cuda import q8 as q8_ops
+
+    if len(src) == 1:
+        return dequantize_x_ref(src[0])
+    yq, ys, yss = src
+    d, _ = q8_ops.unpack_xs(ys.reshape(T, K // 32, 2))
+    r = q8_ops.na_scale_ref(yss.reshape(T, K // 32), K, eps)
+    return (yq.reshape(T, K // 32, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, K) * r[:, None]
+
+
 def glu_groups_case(qt, T: int, K: int, F: int, cfg: tuple[int, int], na: bool) -> Case:
     """BW24_GLU_GROUPS: a dense FFN's front (ffn_glu: rmsnorm, or a norm-ahead's producer when na, then gate/up and the
     GLU) with qmv8_glu against the same call unfused (qmv8_3(n) + glu_q8), bit for bit: g after the GLU, u, and the int8
@@ -515,14 +529,7 @@ def glu_groups_case(qt, T: int, K: int, F: int, cfg: tuple[int, int], na: bool) 
         results.append(compare(name + " g's int8 rows", "exact",
                                np.concatenate([xq, dq.view(np.int32).ravel(), dsum.ravel()]),
                                np.concatenate([wq.ravel().astype(np.float64), wd.view(np.int32).ravel(), wsum.ravel()])))
-        if na:  # the consumer's input: r times the norm-ahead's codes of h * norm weight (norm_ahead_case's)
-            yq, ys, yss = src
-            d, _ = q8_ops.unpack_xs(ys.reshape(T, K // 32, 2))
-            r = q8_ops.na_scale_ref(yss.reshape(T, K // 32), K, eps)
-            xn = (yq.reshape(T, K // 32, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, K)
-            xn = xn * r[:, None]
-        else:
-            xn = dequantize_x_ref(src[0])
+        xn = _input_seen(src, T, K, eps)
         a = (xn @ np.asarray(ref.load_weight(wg_t).data, np.float64).T).astype(np.float32)
         b = (xn @ np.asarray(ref.load_weight(wu_t).data, np.float64).T).astype(np.float32)
         want = np.empty_like(a)
@@ -604,14 +611,7 @@ def qkv_rope_case(qts, T: int, K: int, H: int, Hkv: int, D: int, cfg: tuple[int,
         results = [compare(name + " == unfused", "exact",
                            np.concatenate([g.ravel() for g in got] + [kc.ravel(), vc.ravel()]),
                            np.concatenate([g.ravel() for g in ugot] + [ukc.ravel(), uvc.ravel()]))]
-        if na:  # the input as the kernels see it (glu_groups_case's)
-            yq, ys, yss = src
-            d, _ = q8_ops.unpack_xs(ys.reshape(T, K // 32, 2))
-            r = q8_ops.na_scale_ref(yss.reshape(T, K // 32), K, eps)
-            xn = (yq.reshape(T, K // 32, 32).astype(np.float64) * d[..., None].astype(np.float64)).reshape(T, K)
-            xn = xn * r[:, None]
-        else:
-            xn = dequantize_x_ref(src[0])
+        xn = _input_seen(src, T, K, eps)
         qr, kr, vr = ((xn @ np.asarray(ref.load_weight(t).data, np.float64).T).astype(np.float32) for t in wts)
         qr, kr, vr = qr.reshape(T, H, D), kr.reshape(T, Hkv, D), vr.reshape(T, Hkv, D)
         kcr, vcr = (c.astype(np.float32) for c in c0)

@@ -453,6 +453,16 @@ def norm_ahead_case(qt, cqts, T: int, K: int, N: int, cfg: tuple[int, int]) -> C
     return run
 
 
+def _fused_path_wrong(names, u_names, fused: str, unfused: str, built: bool, T: int) -> bool:
+    """Whether a fused case's calls took the wrong path: names / u_names the kernels its fused / unfused call asked
+    for (a spilled build is asked for, not launched). Right: the fused kernel ran (no `unfused` launch) exactly where
+    its build exists, the unfused kernel otherwise, the unfused call never asked for the fused kernel, and a T = 1
+    call built it (else the case would check nothing fused)."""
+    short, u_short = ([n.partition("<")[0] for n in ns] for ns in (names, u_names))
+    fused_ran = fused in short and unfused not in short
+    return fused_ran != built or (unfused not in short and not built) or fused in u_short or (T == 1 and not built)
+
+
 def _input_seen(src: tuple, T: int, K: int, eps: float) -> np.ndarray:
     """A fused consumer's input [T, K] as its kernel sees it, float64: src = (x,), an rmsnorm's rows, dequantized as
     quantize_x codes them; or src = (codes, scales, sums of squares) of a norm-ahead's rows (na_buffers), r times the
@@ -514,10 +524,7 @@ def glu_groups_case(qt, T: int, K: int, F: int, cfg: tuple[int, int], na: bool) 
                 plan = q8_ops.glu_plan(cu, (wg, wu), cu.zeros((T, K)), cu.zeros((T, F)))
             built = plan is not None and q8_ops.glu_kernel(cu, (wg, wu), *plan, na) is not None
             rows = [step([t], True) for t in range(T)] if T > 1 else []
-        short = [n.partition("<")[0] for n in names]  # (kernels asked for: a spilled build is asked for, not launched)
-        fused_ran = "qmv8_glu" in short and "glu_q8" not in short
-        if (fused_ran != built or "glu_q8" not in short and not built or n_after or u_after
-                or "qmv8_glu" in [n.partition("<")[0] for n in u_names] or (T == 1 and not built)):
+        if _fused_path_wrong(names, u_names, "qmv8_glu", "glu_q8", built, T) or n_after or u_after:
             return compare(name + f" (launches {names} / unfused {u_names}; build {built})", "exact", np.ones(1),
                            np.zeros(1))
         G = F // 32
@@ -600,10 +607,7 @@ def qkv_rope_case(qts, T: int, K: int, H: int, Hkv: int, D: int, cfg: tuple[int,
             if T > 1:  # T = 1 calls at pos + t into one pair of caches, each row's own input
                 rc = (_dev(cu, c0[0]), _dev(cu, c0[1]))
                 rows = [step([t], True, p0 + t, rc)[1] for t in range(T)]
-        short = [nm.partition("<")[0] for nm in names]  # (kernels asked for: a spilled build is asked for, not launched)
-        fused_ran = "qmv8_qkvr" in short and "rope_kv" not in short
-        if (fused_ran != built or "rope_kv" not in short and not built
-                or "qmv8_qkvr" in [nm.partition("<")[0] for nm in u_names] or (T == 1 and not built)):
+        if _fused_path_wrong(names, u_names, "qmv8_qkvr", "rope_kv", built, T):
             return compare(name + f" (launches {names} / unfused {u_names}; build {built})", "exact", np.ones(1),
                            np.zeros(1))
         kc, vc = (cu.to_host(c).astype(np.float32) for c in caches)

@@ -1104,7 +1104,7 @@ class CudaOps(Ops):
             return
         W, R, nt = plan
         q8.matmul_na(self, w, x, out, W, R, nt, residual, norm)
-        self._q8_ready = ("norm_ahead", out.data.ptr, T, w.n, norm.data.ptr, float(eps))
+        self._q8_ready = q8.na_mark(out, norm, eps)
 
     def _multi_plan(self, ws, K: int, gate_force: bool = True) -> tuple[bool, int, int]:
         """(q8, W, R) of a Q/K/V or gate/up launch: the first weight's config at the stacked shape, on the
@@ -1128,7 +1128,7 @@ class CudaOps(Ops):
             from . import q8
 
             ws, plan = (w_gate, w_up), q8.glu_plan(self, (w_gate, w_up), h, g)
-            na = self._q8_ready == ("norm_ahead", h.data.ptr, T, K, norm.data.ptr, float(eps))
+            na = self._q8_ready == q8.na_mark(h, norm, eps)
             fn = None if plan is None else q8.glu_kernel(self, ws, *plan, na)  # (None: its build spills)
             if fn is not None:
                 if act not in ACTIVATIONS:
@@ -1161,7 +1161,7 @@ class CudaOps(Ops):
             from . import q8
 
             plan = q8.qkvr_plan(self, ws, x, q, k_cache, v_cache)
-            na = norm is not None and self._q8_ready == ("norm_ahead", h.data.ptr, T, K, norm.data.ptr, float(eps))
+            na = norm is not None and self._q8_ready == q8.na_mark(h, norm, eps)
             fn = None if plan is None else q8.qkvr_kernel(self, ws, q.shape[2], *plan, na, kv_elem(k_cache, v_cache))
             if fn is not None:
                 if rope["mode"] not in ROPE_MODES:
@@ -1217,18 +1217,16 @@ class CudaOps(Ops):
             parts.append((ws[1], outs[1], None))  # an empty third part (N2 = 0, no blocks)
         nb = [math.ceil(w.n / R) for w, _, _ in parts]
         nb[2] = nb[2] if len(ws) == 3 else 0
-        if (q8 and norm is not None
-                and self._q8_ready == ("norm_ahead", x.data.ptr, T, K, norm[0].data.ptr, float(norm[1]))):
-            from . import q8 as q8mod  # the norm's rows left by the matvec ahead (matmul_norm_ahead): qmv8_3n
+        from . import q8 as q8mod
 
+        if q8 and norm is not None and self._q8_ready == q8mod.na_mark(x, norm[0], norm[1]):
+            # the norm's rows left by the matvec ahead (matmul_norm_ahead): qmv8_3n
             q8mod.matmul_multi(self, parts, nb, x, W, R, nt, na_eps=float(norm[1]))
             return
         fused_norm = norm is not None and self.norm_fuse and not q8 and K % 4 == 0 and norm[0].shape == (K,)
         if norm is not None and not fused_norm:
             x = normed()
         if q8:
-            from . import q8 as q8mod
-
             q8mod.matmul_multi(self, parts, nb, x, W, R, nt)
             return
         fmts = ",".join(str(w.fmt) for w, _, _ in parts)

@@ -189,11 +189,8 @@ def matmul_multi(ops, parts, nb, x, W: int, R: int, nt: int, na_eps: float | Non
     """parts: three (weight, out, bias) (the third may be empty: nb[2] = 0), as CudaOps.matmul_multi builds.
     na_eps: x is the residual stream h of a norm-ahead (matmul_na just wrote the norm's rows): qmv8_3n on them."""
     T, K = x.shape
-    if na_eps is None:
-        (xq, xs), name, tail = quantize(ops, x), "qmv8_3", []  # x quantized once for all the weights of this input
-    else:
-        xq, xs, ss = na_buffers(ops, T, K)
-        name, tail = "qmv8_3n", [ss, np.float32(na_eps)]
+    xq, xs, ss = input_codes(ops, x, na_eps)  # x quantized once for all the weights of this input
+    name, tail = ("qmv8_3", []) if ss is None else ("qmv8_3n", [ss, np.float32(na_eps)])
     fmts = ",".join(str(w.fmt) for w, _, _ in parts)
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(nb[0]), np.int32(nb[1])]
     for i, (w, o, b) in enumerate(parts):
@@ -250,11 +247,26 @@ def na_buffers(ops, T: int, N: int):
             ops._buf("q8n_ss", cap * G)[: T * G])
 
 
+def input_codes(ops, x, na_eps: float | None):
+    """(xq, xs, sums of squares) a q8 consumer of x [T, K] reads: with na_eps, the norm-ahead's rows of the residual
+    stream x that matmul_na just wrote (na_buffers); else x's own codes (quantize) and None."""
+    if na_eps is None:
+        return (*quantize(ops, x), None)
+    return na_buffers(ops, *x.shape)
+
+
 def na_warps(W: int, R_decode: int) -> int:
     """A producer's warps a row set, the same for every T (they set out's summation order, so verify rows equal
     decode rows): at most the decode config's W, its R (a block of 32 rows then holds at most 32 warps) and
     NA_MAX_WARPS (the 16-token bucket's R = 2)."""
     return max(1, min(W, R_decode, NA_MAX_WARPS))
+
+
+def na_mark(h, nw, eps: float) -> tuple:
+    """What CudaOps._q8_ready holds after matmul_na wrote rows h [T, N] and the int8 rows of rmsnorm(h) by (nw, eps)
+    (na_buffers): a consumer of that norm of those very rows (matmul_multi, ffn_glu, qkv_rope_attention) reads them
+    where the mark equals this, for the very next launch only."""
+    return ("norm_ahead", h.data.ptr, *h.shape, nw.data.ptr, float(eps))
 
 
 def na_plan(ops, w, x, out, residual, nw) -> tuple[int, int, int] | None:
@@ -287,6 +299,14 @@ def matmul_na(ops, w, x, out, W: int, R: int, nt: int, residual, nw) -> None:
             nw, yq, ys, yss)
     ops._launch(ops._k_with("qmatvec_q8.cu", f"qmv8_na<{w.fmt},{W},{R},{nt}>", ops.q8_loads(w, N, K, nt)),
                 (N // 32,), 32 // R * W * 32, args)
+
+
+def unspilled(ops, name: str, loads):
+    """The qmatvec_q8.cu build `name` (with its launch's loads define), or None where it spills registers to local
+    memory (CuPy's local_size_bytes): a fused launch (glu_kernel, qkvr_kernel) then gives way to the unfused ones,
+    whose rows have the same bits."""
+    fn = ops._k_with("qmatvec_q8.cu", name, loads)
+    return None if getattr(fn, "local_size_bytes", 0) else fn
 
 
 # ---- BW24_GLU_GROUPS: the GLU and its int8 rows in the gate/up matvec's blocks (kernels/qmatvec_q8.cu qmv8_glu) ---
@@ -331,9 +351,8 @@ def glu_kernel(ops, ws, W: int, R: int, nt: int, na: bool):
     (<3,4,8,1,false>, 400 B) and the 0.6B's 5-token verify (<7,1,4,5,true>, 332 B), while the 0.6B's and the Q4_K_M
     8B's decode instances spill nothing (78 and 64 registers)."""
     wg = ws[0]
-    name = f"qmv8_glu<{wg.fmt},{W},{R},{nt},{'true' if na else 'false'}>"
-    fn = ops._k_with("qmatvec_q8.cu", name, ops.q8_loads(wg, 2 * wg.n, wg.k, nt))
-    return None if getattr(fn, "local_size_bytes", 0) else fn
+    return unspilled(ops, f"qmv8_glu<{wg.fmt},{W},{R},{nt},{'true' if na else 'false'}>",
+                     ops.q8_loads(wg, 2 * wg.n, wg.k, nt))
 
 
 def matmul_glu(ops, fn, ws, x, g, u, W: int, R: int, act: int, na_eps: float | None = None) -> None:
@@ -343,13 +362,10 @@ def matmul_glu(ops, fn, ws, x, g, u, W: int, R: int, act: int, na_eps: float | N
     T, K = x.shape
     wg, wu = ws
     F = wg.n
-    if na_eps is None:
-        (xq, xs), tail = quantize(ops, x), [NULL, np.float32(0.0)]
-    else:
-        xq, xs, ss = na_buffers(ops, T, K)
-        tail = [ss, np.float32(na_eps)]
+    xq, xs, ss = input_codes(ops, x, na_eps)
     yq, ys = glu_buffers(ops, T, F)
-    args = (xq, xs, np.int32(K), np.int32(T), np.int32(F), *wg.args(), g, *wu.args(), u, np.int32(act), yq, ys, *tail)
+    args = (xq, xs, np.int32(K), np.int32(T), np.int32(F), *wg.args(), g, *wu.args(), u, np.int32(act), yq, ys,
+            NULL if ss is None else ss, np.float32(na_eps or 0.0))
     ops._launch(fn, (F // 32,), 64 // R * W * 32, args)
     ops._q8_ready = ("glu", g.data.ptr, T, F)
 
@@ -394,9 +410,8 @@ def qkvr_kernel(ops, ws, D: int, W: int, R: int, RV: int, nt: int, na: bool, kt:
     a Q4_K or a Q6_K v) take 128 registers and spill nothing; its verify builds (NT 4, 5) and the 8B's (W = 2, R = 16)
     spill."""
     fmts = ",".join(str(w.fmt) for w in ws)
-    name = f"qmv8_qkvr<{fmts},{D},{W},{R},{RV},{nt},{'true' if na else 'false'},{kt}>"
-    fn = ops._k_with("qmatvec_q8.cu", name, ops.q8_loads(ws[0], sum(w.n for w in ws), ws[0].k, nt))
-    return None if getattr(fn, "local_size_bytes", 0) else fn
+    return unspilled(ops, f"qmv8_qkvr<{fmts},{D},{W},{R},{RV},{nt},{'true' if na else 'false'},{kt}>",
+                     ops.q8_loads(ws[0], sum(w.n for w in ws), ws[0].k, nt))
 
 
 def matmul_qkvr(ops, fn, ws, x, outs, biases, pos, k_cache, v_cache, rope: dict, W: int, R: int, RV: int,
@@ -411,11 +426,7 @@ def matmul_qkvr(ops, fn, ws, x, outs, biases, pos, k_cache, v_cache, rope: dict,
     T, K = x.shape
     Hkv, S, D = k_cache.shape
     H = ws[0].n // D
-    if na_eps is None:
-        (xq, xs), tail = quantize(ops, x), [NULL, np.float32(0.0)]
-    else:
-        xq, xs, ss = na_buffers(ops, T, K)
-        tail = [ss, np.float32(na_eps)]
+    xq, xs, ss = input_codes(ops, x, na_eps)
     tab = rope_table(ops, rope["base"], rope["freq_scale"], rope["rope_dim"], S)
     args = [xq, xs, np.int32(K), np.int32(T), np.int32(H), np.int32(Hkv)]
     for w, o, b in zip(ws, outs, biases, strict=True):
@@ -423,7 +434,7 @@ def matmul_qkvr(ops, fn, ws, x, outs, biases, pos, k_cache, v_cache, rope: dict,
     qn, kn = rope.get("q_norm"), rope.get("k_norm")
     args += [pos, k_cache, v_cache, np.int32(S), np.int32(rope["rope_dim"]), np.int32(rope["mode"] == "neox"), tab,
              NULL if qn is None else qn, NULL if kn is None else kn, np.float32(rope.get("norm_eps") or 0.0),
-             np.int32(rope_block(D, D)), *tail]
+             np.int32(rope_block(D, D)), NULL if ss is None else ss, np.float32(na_eps or 0.0)]
     nv = math.ceil(Hkv * D / ((D // R) * RV))  # v blocks: D / R sub-blocks of RV rows
     ops._launch(fn, (H + Hkv + nv,), (D // R) * W * 32, tuple(args))
 

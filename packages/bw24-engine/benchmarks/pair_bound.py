@@ -9,8 +9,8 @@ spec_bench.PAIR_PROMPTS (the GGUF's chat template), and the draft's greedy 7-tok
 first 128 positions. A greedy speculative run emits the target's tokens whatever the drafts, so the context at a
 round is always the prompt plus a prefix of those tokens, and the draft's proposal depends on the position only:
 every drafter policy below replays from that one file. (llama.cpp's greedy tokens on the CPU, not bw24's on the
-GPU: the acceptance it gives is an estimate; at e6bec2b's costs it gives 0.73 / 0.94 / 1.07x where the H200 ran
-0.74 / 0.92 / 1.01x.)
+GPU: the acceptance it gives is an estimate; at e6bec2b's costs it gives 0.70 / 0.89 / 1.00x where the H200 ran
+0.74 / 0.92 / 1.01x: evidence/pair_bound_e6bec2b_costs.txt.)
 
 `bound` replays the rounds of spec_bench's pair cell (K drafts, then one verify of K + 1 rows; the draft model
 feeds the tokens its cache lacks one step each, as DraftModelDrafter.propose_into does) with the costs given (us):
@@ -57,6 +57,7 @@ def replay(prompt_ids: list[int], seq: list[int], drafts: list[list[int]], costs
     lookup_min_n: n-gram lookup (spec.ngram.NgramDrafter, matches of lookup_min_n..4 tokens) drafts first, free;
     the draft model runs only in the rounds where it proposes nothing."""
     from bw24.engine.spec.ngram import NgramDrafter
+    from bw24.engine.spec.verify import greedy_accept
 
     lookup = NgramDrafter(min_n=lookup_min_n) if lookup_min_n else None
     gen, t, rounds, acc, drafted = 1, 0.0, 0, 0, 0
@@ -71,9 +72,7 @@ def replay(prompt_ids: list[int], seq: list[int], drafts: list[list[int]], costs
             t += (ctx_len - cached) * costs.draft + (k - 1) * costs.draft  # catch-up, then k - 1 fed drafts
             prop = drafts[gen - 1][:k]
             cached = ctx_len + k - 1
-        j = 0
-        while j < len(prop) and prop[j] == seq[gen + j]:
-            j += 1
+        j = greedy_accept(prop, seq[gen: gen + len(prop) + 1])
         t += costs.verify(len(prop) + 1)
         gen += j + 1
         cached = min(cached, len(prompt_ids) + gen - 1)  # the rollback keeps the agreeing prefix
